@@ -1,0 +1,1 @@
+"""ticketq's producer side: the wire protocol and a small client. Light: never imports torch."""

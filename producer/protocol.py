@@ -1,0 +1,236 @@
+"""The wire protocol: every Redis key ticketq uses, and the JSON that travels through them.
+
+This module is the contract between producers (any language) and workers. It is imported by both
+sides and must stay light: the standard library only.
+
+Keys (``P`` is the prefix, default ``ticketq``; put a hash tag in it, e.g. ``{ticketq}``, and every
+key lands in one Redis Cluster slot, so the multi-key scripts and transactions work there too):
+
+=========================  ======  ===========================================================  ==========
+key                        type    what                                                         lifetime
+=========================  ======  ===========================================================  ==========
+``P:tickets``              list    input. Producers LPUSH ticket JSON; workers take the oldest  permanent
+                                   (right end) first.
+``P:results``              hash    ticket id -> result JSON (see :class:`Result`).              permanent
+``P:dead``                 list    dead letters: JSON ``{"reason", "payload", ...}`` (see       permanent
+                                   :class:`DeadLetter`); newest at the left.
+``P:inflight:<worker>``    list    raw payloads a worker has claimed and not yet acknowledged.  until acked
+                                   Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
+                                   expires.
+``P:heartbeat:<worker>``   string  worker info JSON; refreshed every few seconds with a TTL.    TTL
+``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
+                                                                                                recovery
+``P:attempts``             hash    sha1(raw payload) -> times it was claimed by a worker that    deleted on
+                                   then died. Bounded: a poison ticket is dead-lettered.        ack / dead
+``P:events``               pubsub  channel: JSON ``{"ids": [...]}`` after each acknowledged      transient
+                                   batch, so clients wait without polling.
+=========================  ======  ===========================================================  ==========
+
+A ticket is a JSON object (UTF-8)::
+
+    {"id": "T-1001", "text": "I was charged twice", "v": 1, "customer": "acme"}
+
+``id`` is a non-empty string (at most 256 characters), ``text`` a non-empty string (after stripping
+white space) of at most ``MAX_TEXT_CHARS`` characters, without control characters other than tab,
+newline and carriage return. ``v`` (optional) is the format version, 1. Every other field is passed
+through to the result under ``fields``. Anything else is dead-lettered with the reason.
+
+Duplicate ids: a ticket whose id already has a result is treated as a redelivery when its payload is
+byte-for-byte the same (the result is rewritten, harmlessly), and dead-lettered with the reason
+``duplicate id`` when it differs. The first result for an id wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+MAX_ID_CHARS = 256
+MAX_TEXT_CHARS = 16_384
+# Checked before JSON parsing, so a 10 MB payload is refused without being decoded.
+MAX_PAYLOAD_BYTES = 64 * 1024
+DEFAULT_PREFIX = "ticketq"
+
+_ALLOWED_CONTROL = {"\t", "\n", "\r"}
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every key name, built from one prefix. The only place key names are spelled."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def tickets(self) -> str:
+        return f"{self.prefix}:tickets"
+
+    @property
+    def results(self) -> str:
+        return f"{self.prefix}:results"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}:dead"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    @property
+    def attempts(self) -> str:
+        return f"{self.prefix}:attempts"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:events"
+
+    def inflight(self, worker_id: str) -> str:
+        return f"{self.prefix}:inflight:{worker_id}"
+
+    def heartbeat(self, worker_id: str) -> str:
+        return f"{self.prefix}:heartbeat:{worker_id}"
+
+
+class BadTicket(ValueError):
+    """A payload that can never be classified. It is dead-lettered with ``reason``; never retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Ticket:
+    id: str
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.id, "text": self.text, "v": VERSION, **self.fields}, ensure_ascii=False)
+
+
+def payload_digest(raw: bytes) -> str:
+    """Identity of one raw payload: used to tell a redelivery from a different ticket with the same id."""
+    return hashlib.sha1(raw).hexdigest()
+
+
+def decode_ticket(raw: bytes | str) -> Ticket:
+    """Strictly decode one payload from the input list, or raise :class:`BadTicket` with the reason."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise BadTicket(f"payload too large: {len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadTicket(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise BadTicket("not JSON: nested too deeply") from None
+    except ValueError as exc:
+        raise BadTicket(f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadTicket(f"not a JSON object: got {type(obj).__name__}")
+    version = obj.pop("v", VERSION)
+    if version != VERSION or isinstance(version, bool):
+        raise BadTicket(f"unsupported version: {version!r} (this worker speaks v{VERSION})")
+    ticket_id = obj.pop("id", None)
+    if ticket_id is None:
+        raise BadTicket("missing field: id")
+    if not isinstance(ticket_id, str):
+        raise BadTicket(f"wrong type: id must be a string, got {type(ticket_id).__name__}")
+    if not ticket_id.strip():
+        raise BadTicket("empty field: id")
+    if len(ticket_id) > MAX_ID_CHARS:
+        raise BadTicket(f"id too long: {len(ticket_id)} characters > {MAX_ID_CHARS}")
+    body = obj.pop("text", None)
+    if body is None:
+        raise BadTicket("missing field: text")
+    if not isinstance(body, str):
+        raise BadTicket(f"wrong type: text must be a string, got {type(body).__name__}")
+    if len(body) > MAX_TEXT_CHARS:
+        raise BadTicket(f"text too long: {len(body)} characters > {MAX_TEXT_CHARS}")
+    body = body.strip()
+    if not body:
+        raise BadTicket("empty field: text is empty or white space")
+    for ch in body:
+        if (ord(ch) < 32 or ord(ch) == 127) and ch not in _ALLOWED_CONTROL:
+            raise BadTicket(f"control character U+{ord(ch):04X} in text")
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in text")
+    return Ticket(id=ticket_id, text=body, fields=obj)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a worker writes to ``P:results[id]``."""
+
+    id: str
+    label: str
+    scores: dict[str, float]  # label -> probability, summing to 1
+    model: str
+    digest: str  # payload_digest of the ticket it answers
+    fields: dict[str, Any] = field(default_factory=dict)
+    worker: str = ""
+    at: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": VERSION,
+                "id": self.id,
+                "label": self.label,
+                "scores": self.scores,
+                "model": self.model,
+                "digest": self.digest,
+                "fields": self.fields,
+                "worker": self.worker,
+                "at": round(self.at, 3),
+            },
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Result:
+        obj = json.loads(raw)
+        return cls(
+            id=obj["id"],
+            label=obj["label"],
+            scores=obj["scores"],
+            model=obj.get("model", ""),
+            digest=obj.get("digest", ""),
+            fields=obj.get("fields", {}),
+            worker=obj.get("worker", ""),
+            at=obj.get("at", 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """What a worker pushes to ``P:dead``: the original payload (as text when it is UTF-8, else
+    base64 under ``payload_b64``) and why it was rejected."""
+
+    reason: str
+    payload: bytes
+    worker: str = ""
+    at: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        out: dict[str, Any] = {"v": VERSION, "reason": self.reason, "worker": self.worker, "at": round(self.at, 3)}
+        payload = self.payload
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            # Keep the dead list bounded: an oversized payload is kept as its head plus its size.
+            out["payload_bytes"] = len(payload)
+            payload = payload[:MAX_PAYLOAD_BYTES]
+        try:
+            out["payload"] = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            import base64
+
+            out["payload_b64"] = base64.b64encode(payload).decode("ascii")
+        return json.dumps(out, ensure_ascii=False)

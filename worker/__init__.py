@@ -1,0 +1,1 @@
+"""ticketq's worker: the Redis service around the classification engine."""

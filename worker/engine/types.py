@@ -1,0 +1,31 @@
+"""Plain values the engine hands to its callers. No torch, no Redis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    scores: dict[str, float]  # label -> probability (softmax over the labels' log-probabilities)
+    logprobs: dict[str, float]  # label -> summed token log-probability of its full sequence
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """One forward pass."""
+
+    items: int  # tickets in the pass
+    rows: int  # rows of the input matrix (several tickets share a row when packed)
+    real_tokens: int  # ticket + label tokens actually scored
+    padded_tokens: int  # rows x row length: what the pass computed
+    seconds: float
+
+    @property
+    def padding_overhead(self) -> float:
+        return 0.0 if self.padded_tokens == 0 else (self.padded_tokens - self.real_tokens) / self.padded_tokens
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else float("inf")
