@@ -1,0 +1,130 @@
+"""The engine: texts in, labels and scores out. Pure compute: it never touches Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .model import EMBEDDED, LoadedModel, load_model
+from .planner import PACK, plan_batches
+from .prompt import Prompt
+from .scorer import Scorer
+from .task import Task, load_task
+from .types import BatchStats, Prediction
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    batch_size: int = 32  # most tickets in one forward pass
+    max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
+    max_ticket_tokens: int = 512  # longer tickets keep their first tokens
+    pack: bool = True  # several tickets per row (block-diagonal mask) instead of one padded row each
+    min_row_len: int = 64  # packing: rows at least this wide, so short tickets share them
+
+
+class Engine:
+    """Classifies texts into a task's labels with one causal LM, as fast as the hardware allows."""
+
+    def __init__(self, loaded: LoadedModel, task: Task, config: EngineConfig | None = None) -> None:
+        self.loaded = loaded
+        self.task = task
+        self.config = config or EngineConfig()
+        self.tokenizer = loaded.tokenizer
+        self.prompt = Prompt.build(
+            self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.config.max_ticket_tokens
+        )
+        # Prove the prefix/suffix split on the task's own texts before trusting the cache with them.
+        self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
+        pad = self.tokenizer.pad_token_id
+        self.scorer = Scorer(loaded.model, self.prompt.prefix_ids, self.prompt.label_ids, pad or 0)
+
+    @classmethod
+    def load(
+        cls,
+        model: str = EMBEDDED,
+        *,
+        dtype: str = "auto",
+        device: str = "auto",
+        task_path: str | Path | None = None,
+        batch_size: int = 32,
+        max_batch_tokens: int = 8192,
+        threads: int | None = None,
+        pack: bool = True,
+    ) -> Engine:
+        if threads:
+            torch.set_num_threads(threads)
+        loaded = load_model(model, dtype=dtype, device=device)
+        cfg = EngineConfig(batch_size=batch_size, max_batch_tokens=max_batch_tokens, pack=pack)
+        return cls(loaded, load_task(task_path), cfg)
+
+    @property
+    def name(self) -> str:
+        return self.loaded.name
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.task.labels)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": self.loaded.name,
+            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "device": str(self.loaded.device),
+            "threads": torch.get_num_threads(),
+            "task": self.task.name,
+            "labels": self.labels,
+            "prefix_tokens": len(self.prompt.prefix_ids),
+            "pack": self.config.pack,
+        }
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.prompt.ticket_ids(self.tokenizer, texts)
+
+    def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
+        suffixes = self.tokenize(texts)
+        lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
+        cfg = self.config
+        plans = plan_batches(
+            lengths,
+            max_items=cfg.batch_size,
+            max_tokens=cfg.max_batch_tokens,
+            mode=PACK if cfg.pack else "pad",
+            min_row_len=cfg.min_row_len,
+        )
+        out = torch.empty(len(texts), len(self.task.labels))
+        stats = []
+        for plan in plans:
+            start = time.perf_counter()
+            scores = self.scorer.score(suffixes, plan)
+            order = torch.tensor([i for row in plan.rows for i in row], dtype=torch.long)
+            out[order] = scores.cpu()
+            seconds = time.perf_counter() - start
+            stats.append(BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds))
+        return out, stats
+
+    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+        if not texts:
+            return [], []
+        logp, stats = self.logprobs(texts)
+        return predictions(self.task.labels, logp), stats
+
+
+def predictions(labels: Sequence[str], logp: torch.Tensor) -> list[Prediction]:
+    """Turn (tickets, labels) log-probabilities into labels and normalized scores."""
+    probs = torch.softmax(logp, dim=-1)
+    best = logp.argmax(dim=-1).tolist()
+    rows_p, rows_l = probs.tolist(), logp.tolist()
+    return [
+        Prediction(
+            label=labels[b],
+            scores={lab: round(p, 6) for lab, p in zip(labels, ps)},
+            logprobs={lab: round(v, 6) for lab, v in zip(labels, ls)},
+        )
+        for b, ps, ls in zip(best, rows_p, rows_l)
+    ]

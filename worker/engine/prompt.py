@@ -1,0 +1,120 @@
+"""The prompt, split for reuse: a shared prefix (instructions + few-shot turns, run once) and a short
+per-ticket suffix (the ticket, then the chat template's hand-over to the assistant), plus each label's
+token sequence.
+
+The split is only sound if ``tokens(prefix) + tokens(suffix) == tokens(prefix + suffix)``. That holds
+when the ticket starts and ends at hard token boundaries (a newline before it, a special token after
+it) — true of ChatML-style templates such as SmolLM2's and Qwen2.5's. :meth:`Prompt.check_split`
+proves it for given texts and the engine runs it at start-up on the task's examples, so a template
+for which it does not hold fails loudly instead of scoring subtly different prompts.
+
+Ticket text is tokenized with special-token parsing off: a ticket containing ``<|im_end|>`` is read
+as those characters, not as markup, so it cannot close its own turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .task import Task, TaskError
+
+_MARK = "\u2063TICKETQ_TICKET\u2063"  # invisible separators: cannot occur in an instruction by accident
+
+
+class PromptSplitError(RuntimeError):
+    """The shared-prefix split changes tokenization for this template: caching would be wrong."""
+
+
+def build_messages(task: Task, ticket: str) -> list[dict[str, str]]:
+    """The chat: instructions as the system turn, examples as user/assistant turns, then the ticket."""
+    labels = ", ".join(task.labels)
+    system = f"{task.instructions}\nCategories: {labels}." if task.instructions else f"Categories: {labels}."
+    messages = [{"role": "system", "content": system}]
+    for ex in task.examples:
+        messages.append({"role": "user", "content": ex.text})
+        messages.append({"role": "assistant", "content": ex.label})
+    messages.append({"role": "user", "content": ticket})
+    return messages
+
+
+def render(tokenizer: Any, task: Task, ticket: str) -> str:
+    """The whole prompt as text, ready for the assistant's answer."""
+    out: str = tokenizer.apply_chat_template(
+        build_messages(task, ticket), tokenize=False, add_generation_prompt=True
+    )
+    return out
+
+
+def _encode(tokenizer: Any, text: str, *, split_special: bool = False) -> list[int]:
+    ids: list[int] = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)["input_ids"]
+    return ids
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Token-level pieces of a task's prompt for one tokenizer."""
+
+    prefix_text: str
+    after_text: str  # template text between the ticket and the answer
+    prefix_ids: tuple[int, ...]
+    after_ids: tuple[int, ...]
+    label_ids: tuple[tuple[int, ...], ...]  # per label: its tokens then the end-of-turn token
+    max_ticket_tokens: int
+
+    @classmethod
+    def build(cls, tokenizer: Any, task: Task, *, context: int, max_ticket_tokens: int = 512) -> Prompt:
+        whole = render(tokenizer, task, _MARK)
+        if whole.count(_MARK) != 1:
+            raise PromptSplitError("the chat template does not place the ticket exactly once")
+        prefix_text, after_text = whole.split(_MARK)
+        answered = tokenizer.apply_chat_template(
+            [*build_messages(task, "x"), {"role": "assistant", "content": _MARK}], tokenize=False
+        )
+        end_text = answered.split(_MARK, 1)[1]
+        end_ids = _encode(tokenizer, end_text)
+        if not end_ids:
+            raise PromptSplitError("the chat template adds nothing after an answer; labels could not end")
+        label_ids = tuple((*_encode(tokenizer, label), end_ids[0]) for label in task.labels)
+        if len(set(label_ids)) != len(label_ids):
+            dupes = [lab for lab, ids in zip(task.labels, label_ids) if label_ids.count(ids) > 1]
+            raise TaskError(f"labels {dupes} tokenize identically and cannot be told apart")
+        prefix_ids = tuple(_encode(tokenizer, prefix_text))
+        after_ids = tuple(_encode(tokenizer, after_text))
+        room = context - len(prefix_ids) - len(after_ids) - max(len(ids) for ids in label_ids)
+        if room < 16:
+            raise PromptSplitError(f"the prompt leaves {room} tokens of a {context}-token context for the ticket")
+        return cls(
+            prefix_text=prefix_text,
+            after_text=after_text,
+            prefix_ids=prefix_ids,
+            after_ids=after_ids,
+            label_ids=label_ids,
+            max_ticket_tokens=min(max_ticket_tokens, room),
+        )
+
+    def ticket_ids(self, tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+        """Per ticket: its tokens, truncated to ``max_ticket_tokens`` (the head is kept), then the
+        template's hand-over. One batched call to the (Rust) tokenizer."""
+        enc = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        after = list(self.after_ids)
+        return [ids[: self.max_ticket_tokens] + after for ids in enc]
+
+    def check_split(self, tokenizer: Any, texts: Sequence[str]) -> None:
+        """Raise :class:`PromptSplitError` unless prefix + suffix (+ each label) tokenize like the whole.
+
+        ``texts`` must not contain special-token markup (which the whole-string tokenizer would parse)."""
+        encoded = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        for text, ids in zip(texts, encoded):
+            whole = _encode(tokenizer, self.prefix_text + text + self.after_text)
+            if whole != [*self.prefix_ids, *ids, *self.after_ids]:
+                raise PromptSplitError(
+                    f"prefix + suffix tokenization differs from the whole prompt for ticket {text[:60]!r}"
+                )
+        probe_text = self.prefix_text + "x" + self.after_text
+        probe = _encode(tokenizer, probe_text)
+        for ids in self.label_ids:
+            whole = _encode(tokenizer, probe_text + tokenizer.decode(list(ids)))
+            if whole != [*probe, *ids]:
+                raise PromptSplitError(f"label tokens {list(ids)} do not tokenize the same after the prompt")

@@ -1,0 +1,53 @@
+"""The judge: a deliberately plain, item-by-item scorer.
+
+For each ticket and each label it renders the whole chat prompt as text, tokenizes it as one string,
+appends the label's tokens, runs the full model (full-vocabulary logits, no cache, no batching,
+no packing) and sums the label tokens' log-probabilities over the label vocabulary. Slow on purpose:
+the fast path must agree with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .prompt import Prompt, render
+from .task import Task
+
+
+class ReferenceScorer:
+    def __init__(self, model: Any, tokenizer: Any, task: Task, prompt: Prompt) -> None:
+        self.model, self.tokenizer, self.task, self.prompt = model, tokenizer, task, prompt
+        self.device = next(model.parameters()).device
+        self.vocab = sorted({t for ids in prompt.label_ids for t in ids})
+
+    def truncated(self, text: str) -> str:
+        """The ticket as the engine sees it: at most ``max_ticket_tokens`` tokens (head kept)."""
+        ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        if len(ids) <= self.prompt.max_ticket_tokens:
+            return text
+        out: str = self.tokenizer.decode(ids[: self.prompt.max_ticket_tokens])
+        return out
+
+    @torch.inference_mode()
+    def score_one(self, text: str) -> list[float]:
+        """Summed label-vocabulary log-probability of each label's full token sequence."""
+        whole = render(self.tokenizer, self.task, self.truncated(text))
+        prompt_ids: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
+        vocab = torch.tensor(self.vocab, device=self.device)
+        scores = []
+        for label in self.prompt.label_ids:
+            ids = torch.tensor([prompt_ids + list(label[:-1])], device=self.device)
+            logits = self.model(input_ids=ids).logits[0].float()  # (len, full vocabulary)
+            total = 0.0
+            for step, token in enumerate(label):
+                row = logits[len(prompt_ids) - 1 + step]
+                logp = torch.log_softmax(row[vocab], dim=-1)
+                total += float(logp[self.vocab.index(token)])
+            scores.append(total)
+        return scores
+
+    def score(self, texts: Sequence[str]) -> list[list[float]]:
+        return [self.score_one(t) for t in texts]

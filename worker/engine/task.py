@@ -1,0 +1,84 @@
+"""A classification task: labels, instructions, few-shot examples and routes, read from TOML."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used, with the reason."""
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    labels: tuple[str, ...]
+    instructions: str
+    examples: tuple[Example, ...] = ()
+    routes: dict[str, str] = field(default_factory=dict)  # label -> RQ queue name
+    route_handler: str | None = None  # dotted path RQ workers call for routed tickets
+
+    def __post_init__(self) -> None:
+        if len(self.labels) < 2:
+            raise TaskError(f"a task needs at least two labels, got {list(self.labels)}")
+        for label in self.labels:
+            if not label or label != label.strip() or "\n" in label:
+                raise TaskError(f"label {label!r} must be non-empty, single-line, without outer white space")
+        if len(set(self.labels)) != len(self.labels):
+            raise TaskError(f"duplicate labels in {list(self.labels)}")
+        for ex in self.examples:
+            if ex.label not in self.labels:
+                raise TaskError(f"example label {ex.label!r} is not one of {list(self.labels)}")
+            if not ex.text.strip():
+                raise TaskError("an example has empty text")
+        for label in self.routes:
+            if label not in self.labels:
+                raise TaskError(f"route for unknown label {label!r}; labels are {list(self.labels)}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        try:
+            return cls(
+                name=str(data.get("name", "task")),
+                labels=tuple(data["labels"]),
+                instructions=str(data.get("instructions", "")).strip(),
+                examples=tuple(Example(text=e["text"], label=e["label"]) for e in data.get("examples", [])),
+                routes=dict(data.get("routes", {})),
+                route_handler=data.get("route_handler"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise TaskError(f"malformed task: {exc!r}") from None
+
+    def with_routes(self, routes: dict[str, str], handler: str | None) -> Task:
+        """A copy with command-line routes laid over the file's."""
+        return Task(
+            name=self.name,
+            labels=self.labels,
+            instructions=self.instructions,
+            examples=self.examples,
+            routes={**self.routes, **routes},
+            route_handler=handler or self.route_handler,
+        )
+
+
+def load_task(path: str | Path | None = None) -> Task:
+    """Read a task file; ``None`` gives the built-in support-ticket task."""
+    p = Path(path) if path else DEFAULT_TASK_PATH
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskError(f"task file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"task file {p} is not valid TOML: {exc}") from None
+    return Task.from_dict(data)
