@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import inspect
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
@@ -120,11 +122,12 @@ class Scorer:
         self.head_weight = head.weight.detach().index_select(0, rows).contiguous()  # (K, d): label rows only
         bias = getattr(head, "bias", None)
         self.head_bias = None if bias is None else bias.detach().index_select(0, rows)
+        # transformers 5.x renamed ``past_key_values`` to ``cache``; speak whichever this version knows.
+        params = inspect.signature(self.body.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
         with torch.inference_mode():
-            out = self.body(
-                input_ids=torch.tensor([list(prefix_ids)], device=self.device), use_cache=True
-            )
-        cache = out.past_key_values
+            out = self.body(input_ids=torch.tensor([list(prefix_ids)], device=self.device), use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
         self.prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
         self._anc = self.tree.ancestors.to(self.device)
         self._node_tokens = torch.tensor(self.tree.node_tokens, dtype=torch.long)
@@ -142,8 +145,8 @@ class Scorer:
             input_ids=ids,
             position_ids=pos,
             attention_mask=mask,
-            past_key_values=PrefixCache(self.prefix_kv),
             use_cache=True,
+            **{self._cache_kw: PrefixCache(self.prefix_kv)},
         )
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         states = hidden.index_select(0, query.reshape(-1))  # (N*Q, d): only the states we need
