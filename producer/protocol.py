@@ -12,8 +12,9 @@ key                        type    what                                         
 ``P:tickets``              list    input. Producers LPUSH ticket JSON; workers take the oldest  permanent
                                    (right end) first.
 ``P:results``              hash    ticket id -> result JSON (see :class:`Result`).              permanent
-``P:dead``                 list    dead letters: JSON ``{"reason", "payload", ...}`` (see       permanent
-                                   :class:`DeadLetter`); newest at the left.
+``P:dead``                 list    dead letters: JSON ``{"reason", "payload", "id"?, ...}``     permanent
+                                   (see :class:`DeadLetter`; ``id`` when one could be read);
+                                   newest at the left.
 ``P:inflight:<worker>``    list    raw payloads a worker has claimed and not yet acknowledged.  until acked
                                    Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
                                    expires.
@@ -22,8 +23,9 @@ key                        type    what                                         
                                                                                                 recovery
 ``P:attempts``             hash    sha1(raw payload) -> times it was claimed by a worker that    deleted on
                                    then died. Bounded: a poison ticket is dead-lettered.        ack / dead
-``P:events``               pubsub  channel: JSON ``{"ids": [...]}`` after each acknowledged      transient
-                                   batch, so clients wait without polling.
+``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason}}`` after transient
+                                   each acknowledged batch (``ids`` got results, ``dead`` were
+                                   dead-lettered), so clients wait without polling.
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -219,9 +221,17 @@ class DeadLetter:
     payload: bytes
     worker: str = ""
     at: float = field(default_factory=time.time)
+    id: str | None = None  # the ticket id when one could be read (see :func:`peek_id`), so waiters can tell
 
     def to_json(self) -> str:
-        out: dict[str, Any] = {"v": VERSION, "reason": self.reason, "worker": self.worker, "at": round(self.at, 3)}
+        out: dict[str, Any] = {
+            "v": VERSION,
+            "reason": self.reason,
+            "worker": self.worker,
+            "at": round(self.at, 3),
+        }
+        if self.id is not None:
+            out["id"] = self.id
         payload = self.payload
         if len(payload) > MAX_PAYLOAD_BYTES:
             # Keep the dead list bounded: an oversized payload is kept as its head plus its size.
@@ -234,3 +244,71 @@ class DeadLetter:
 
             out["payload_b64"] = base64.b64encode(payload).decode("ascii")
         return json.dumps(out, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> DeadLetter:
+        obj = json.loads(raw)
+        if "payload_b64" in obj:
+            import base64
+
+            payload = base64.b64decode(obj["payload_b64"])
+        else:
+            payload = str(obj.get("payload", "")).encode("utf-8", "surrogatepass")
+        ticket_id = obj.get("id")
+        return cls(
+            reason=str(obj.get("reason", "")),
+            payload=payload,
+            worker=str(obj.get("worker", "")),
+            at=float(obj.get("at", 0.0)),
+            id=ticket_id if isinstance(ticket_id, str) else None,
+        )
+
+
+def peek_id(raw: bytes | str) -> str | None:
+    """Best-effort ticket id of a payload that may be invalid, so a dead letter can still name its ticket.
+
+    Never raises: a payload that is not a JSON object with a string ``id`` simply has no id.
+    """
+    try:
+        if isinstance(raw, bytes):
+            if len(raw) > MAX_PAYLOAD_BYTES:
+                return None
+            raw = raw.decode("utf-8")
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    ticket_id = obj.get("id") if isinstance(obj, dict) else None
+    if isinstance(ticket_id, str) and ticket_id.strip() and len(ticket_id) <= MAX_ID_CHARS:
+        return ticket_id
+    return None
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a worker publishes on ``P:events`` after an acknowledged batch.
+
+    ``ids`` got results; ``dead`` maps the ids of dead-lettered tickets (those with a readable id) to the
+    reason. Events are a wake-up call only: pub/sub is fire-and-forget, so the results hash stays the truth.
+    """
+
+    ids: list[str] = field(default_factory=list)
+    dead: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"ids": self.ids, "dead": self.dead}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Event:
+        """Lenient: a malformed event decodes as empty rather than breaking a waiter."""
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError):
+            return cls()
+        if not isinstance(obj, dict):
+            return cls()
+        ids = obj.get("ids")
+        dead = obj.get("dead")
+        return cls(
+            ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
+            dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},
+        )

@@ -1,0 +1,69 @@
+"""The queue's Lua scripts, kept apart from the Python that calls them (see :mod:`worker.queue`).
+
+Each runs atomically on the server. Every key arrives in ``KEYS`` (never built inside a script), so the
+scripts run on Redis Cluster when the prefix carries a hash tag. They need Redis 6.2+ (LMOVE).
+"""
+
+CLAIM = """
+-- KEYS: 1 tickets, 2 inflight, 3 attempts.  ARGV: 1 most to move, 2 payloads this claim already holds.
+local moved = {}
+local limit, held = tonumber(ARGV[1]), tonumber(ARGV[2])
+while #moved < limit do
+  local p = redis.call('LINDEX', KEYS[1], -1)
+  if not p then return {0, moved} end
+  if redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
+    -- a suspect (in flight when a worker died) travels alone, after what was already claimed
+    if #moved == 0 and held == 0 then
+      redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+      return {1, {p}}
+    end
+    return {1, moved}
+  end
+  redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  moved[#moved + 1] = p
+end
+return {0, moved}
+"""
+
+RECOVER = """
+-- KEYS: 1 workers, 2 heartbeat, 3 inflight, 4 tickets, 5 attempts, 6 dead
+-- ARGV: 1 worker id, 2 max attempts, 3 force (ignore a live heartbeat), then for each payload the caller
+--       read from the in-flight list (left to right): payload, digest, attempts it read, dead letter JSON.
+-- The caller builds the dead letters (the format lives in Python); this script re-checks what it read.
+if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return {'alive', 0, 0} end
+local held = redis.call('LRANGE', KEYS[3], 0, -1)
+if #held * 4 ~= #ARGV - 3 then return {'changed', 0, 0} end
+for i, p in ipairs(held) do
+  local j = 3 + (i - 1) * 4
+  if p ~= ARGV[j + 1] or (redis.call('HGET', KEYS[5], ARGV[j + 2]) or '0') ~= ARGV[j + 3] then
+    return {'changed', 0, 0}
+  end
+end
+local requeued, dead = 0, 0
+for i, p in ipairs(held) do
+  local j = 3 + (i - 1) * 4
+  if redis.call('HINCRBY', KEYS[5], ARGV[j + 2], 1) >= tonumber(ARGV[2]) then
+    redis.call('LPUSH', KEYS[6], ARGV[j + 4])
+    redis.call('HDEL', KEYS[5], ARGV[j + 2])
+    dead = dead + 1
+  else
+    -- newest first onto the right end, so the oldest claim ends up rightmost: served next
+    redis.call('RPUSH', KEYS[4], p)
+    requeued = requeued + 1
+  end
+end
+redis.call('DEL', KEYS[3])
+if ARGV[3] ~= '1' then redis.call('SREM', KEYS[1], ARGV[1]) end
+return {'ok', requeued, dead}
+"""
+
+REQUEUE_OWN = """
+-- KEYS: 1 inflight, 2 tickets, 3 heartbeat, 4 workers.  ARGV: 1 worker id, 2 leave ('1': deregister too)
+local n = 0
+while redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') do n = n + 1 end
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[3])
+  redis.call('SREM', KEYS[4], ARGV[1])
+end
+return n
+"""

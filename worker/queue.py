@@ -1,0 +1,320 @@
+"""The reliable queue: claim, acknowledge, dead-letter, heartbeat and orphan recovery. Redis only.
+
+Every state change is one atomic step, so a worker may die between any two of them and lose nothing:
+
+- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (a Lua script, or BLMOVE when the
+  input is empty so an idle worker blocks instead of polling);
+- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, the attempt counters, any routed
+  RQ jobs (through a hook) and the ``P:events`` notice all land together or not at all;
+- recovery moves a dead worker's in-flight list back to the *right* end of ``P:tickets`` (served next)
+  and counts one attempt per payload; a payload that was in flight on ``max_attempts`` dead workers is a
+  poison ticket and is dead-lettered instead. Payloads that were in flight when a worker died are claimed
+  *alone* afterwards, so one poison ticket cannot take its drain-mates down with it a second time.
+
+Every key is passed to the scripts as ``KEYS`` and built by :class:`~producer.protocol.Keys`, so with a
+hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.client import Pipeline
+from redis.retry import Retry
+
+from producer.protocol import DeadLetter, Event, Keys, Result, Ticket, payload_digest, peek_id
+from worker.errors import TransientError
+from worker.lua import CLAIM, RECOVER, REQUEUE_OWN
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_WATCH_RETRIES = 64
+
+
+def connect(url: str, *, socket_timeout: float = 10.0) -> redis.Redis:
+    """A client that fails fast: redis-py's own retries are off because the service backs off itself
+    (logged, interruptible by a stop signal) instead of hanging inside one call."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
+    )
+
+
+def transient(fn: Callable[P, T]) -> Callable[P, T]:
+    """Turn redis connection/timeout failures into :class:`TransientError`, the one thing callers retry."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A classified ticket, ready to be written."""
+
+    raw: bytes
+    ticket: Ticket
+    result: Result
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A payload to dead-letter."""
+
+    raw: bytes
+    letter: DeadLetter
+
+
+#: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
+AckHook = Callable[[Pipeline, Sequence[Finished]], None]
+
+
+@dataclass
+class AckReport:
+    written: list[str] = field(default_factory=list)  # ids whose results were (re)written
+    fresh: list[Finished] = field(default_factory=list)  # first results for their ids
+    redelivered: list[str] = field(default_factory=list)  # same payload seen again: rewritten, not routed
+    dead: list[DeadLetter] = field(default_factory=list)  # dead-lettered, duplicates of an id included
+
+
+@dataclass(frozen=True)
+class Recovery:
+    worker: str
+    requeued: int
+    dead: int
+
+
+class RedisQueue:
+    """One worker's view of the queue. Not thread-safe: the heartbeat thread gets its own instance."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, *, max_attempts: int = 3) -> None:
+        self.redis = client
+        self.keys = keys
+        self.worker_id = worker_id
+        self.max_attempts = max_attempts
+        self.inflight = keys.inflight(worker_id)
+        self._claim = client.register_script(CLAIM)
+        self._recover = client.register_script(RECOVER)
+        self._requeue = client.register_script(REQUEUE_OWN)
+
+    # -- claim ---------------------------------------------------------------------------------------
+
+    @transient
+    def claim(self, n: int, *, block_s: float = 1.0, max_wait_s: float = 0.05) -> list[bytes]:
+        """Move up to ``n`` payloads, oldest first, into this worker's in-flight list.
+
+        Blocks up to ``block_s`` for the first one; then keeps filling for up to ``max_wait_s`` so a
+        trickle still makes a decent batch. Returns ``[]`` when nothing arrived in time.
+        """
+        got, stopped = self._claim_now(n, 0)
+        if not got:
+            first = self._blmove(block_s)
+            if first is None:
+                return []
+            got = [first]
+            stopped = self._is_suspect(first)
+        deadline = time.monotonic() + max_wait_s
+        while not stopped and len(got) < n:
+            more, stopped = self._claim_now(n - len(got), len(got))
+            got += more
+            left = deadline - time.monotonic()
+            if stopped or len(got) >= n or left < 0.005:
+                break
+            nxt = self._blmove(left)
+            if nxt is None:
+                break
+            if self._is_suspect(nxt):  # it must travel alone: hand it back, served next
+                self.redis.lmove(self.inflight, self.keys.tickets, "LEFT", "RIGHT")
+                break
+            got.append(nxt)
+        return got
+
+    def _claim_now(self, n: int, held: int) -> tuple[list[bytes], bool]:
+        keys = [self.keys.tickets, self.inflight, self.keys.attempts]
+        stopped, moved = self._claim(keys=keys, args=[n, held])
+        return list(moved), bool(stopped)
+
+    def _blmove(self, timeout_s: float) -> bytes | None:
+        # Redis reads a timeout that rounds to 0 ms as "block forever": keep it at 10 ms or more.
+        timeout: Any = max(timeout_s, 0.01)  # redis-py types it int; the server takes seconds as a float
+        out = self.redis.blmove(self.keys.tickets, self.inflight, timeout, "RIGHT", "LEFT")
+        return out if isinstance(out, bytes) else None
+
+    def _is_suspect(self, raw: bytes) -> bool:
+        return bool(self.redis.hexists(self.keys.attempts, payload_digest(raw)))
+
+    # -- ack -----------------------------------------------------------------------------------------
+
+    @transient
+    def ack(
+        self, finished: Sequence[Finished], rejected: Sequence[Rejected], hook: AckHook | None = None
+    ) -> AckReport:
+        """Write results and dead letters and release their payloads, in one transaction.
+
+        The duplicate-id rule is checked under WATCH of the results hash: the first result for an id
+        wins; the same payload again is a redelivery (rewritten, not routed again); a different payload
+        with a taken id is dead-lettered as ``duplicate id``. Safe to call again after a failure whose
+        outcome is unknown: a second pass sees its own results as redeliveries, and dead letters are only
+        pushed for payloads still in the in-flight list.
+        """
+        with self.redis.pipeline(transaction=True) as pipe:
+            for _ in range(_WATCH_RETRIES):
+                try:
+                    pipe.watch(self.keys.results, self.inflight)
+                    report, writes, rejects = self._plan(pipe, finished, rejected)
+                    pipe.multi()
+                    self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
+                    pipe.execute()
+                    return report
+                except redis.WatchError:
+                    continue
+        raise TransientError(f"ack kept conflicting after {_WATCH_RETRIES} tries")
+
+    def _plan(
+        self, pipe: Pipeline, finished: Sequence[Finished], rejected: Sequence[Rejected]
+    ) -> tuple[AckReport, dict[str, Result], list[Rejected]]:
+        ids = list(dict.fromkeys(f.result.id for f in finished))
+        digests: dict[str, str] = {}
+        for tid, old in zip(ids, pipe.hmget(self.keys.results, ids) if ids else [], strict=True):
+            if old is not None:
+                digests[tid] = _digest_of(_raw(old))
+        report = AckReport()
+        writes: dict[str, Result] = {}
+        rejects = list(rejected)
+        for item in finished:
+            tid, digest = item.result.id, item.result.digest
+            if tid not in digests:
+                digests[tid] = digest
+                report.fresh.append(item)
+                report.written.append(tid)
+                writes[tid] = item.result
+            elif digests[tid] == digest:
+                report.redelivered.append(tid)
+                if tid not in writes:
+                    report.written.append(tid)
+                    writes[tid] = item.result
+            else:
+                letter = DeadLetter("duplicate id", item.raw, worker=self.worker_id, id=tid)
+                rejects.append(Rejected(item.raw, letter))
+        # A payload no longer in flight was acked by an earlier try, or requeued by recovery for
+        # someone else to judge: dead-lettering it here would make a second letter.
+        rejects = [r for r in rejects if pipe.lpos(self.inflight, _any(r.raw)) is not None]
+        report.dead = [r.letter for r in rejects]
+        return report, writes, rejects
+
+    def _write(
+        self,
+        pipe: Pipeline,
+        report: AckReport,
+        writes: dict[str, Result],
+        rejects: Sequence[Rejected],
+        released: Sequence[Finished | Rejected],
+        hook: AckHook | None,
+    ) -> None:
+        if writes:
+            pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
+        if rejects:
+            pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
+        for item in released:
+            pipe.lrem(self.inflight, 1, _any(item.raw))
+        if released:
+            pipe.hdel(self.keys.attempts, *{payload_digest(i.raw) for i in released})
+        if hook is not None and report.fresh:
+            hook(pipe, report.fresh)
+        event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})
+        pipe.publish(self.keys.events, event.to_json())
+
+    # -- heartbeat and recovery ------------------------------------------------------------------------
+
+    @transient
+    def beat(self, info: dict[str, Any], ttl_s: float) -> None:
+        """Say this worker is alive. SET and SADD together: a recovering peer must never see the id in
+        ``P:workers`` without its heartbeat while this worker is alive and claiming."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.heartbeat(self.worker_id), json.dumps(info), px=int(ttl_s * 1000))
+            pipe.sadd(self.keys.workers, self.worker_id)
+            pipe.execute()
+
+    @transient
+    def recover(self, *, include_self: bool = False) -> list[Recovery]:
+        """Requeue the in-flight lists of workers whose heartbeat has expired."""
+        out = []
+        for raw_id in sorted(self.redis.smembers(self.keys.workers)):
+            wid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            if wid == self.worker_id and not include_self:
+                continue
+            if not self.redis.exists(self.keys.heartbeat(wid)):
+                done = self.recover_worker(wid)
+                if done is not None:
+                    out.append(done)
+        return out
+
+    @transient
+    def recover_worker(self, wid: str, *, force: bool = False) -> Recovery | None:
+        """Requeue one worker's in-flight list; ``None`` if it turned out to be alive."""
+        keys = self.keys
+        script_keys = [keys.workers, keys.heartbeat(wid), keys.inflight(wid), keys.tickets]
+        script_keys += [keys.attempts, keys.dead]
+        for _ in range(_WATCH_RETRIES):
+            held = [_raw(p) for p in self.redis.lrange(keys.inflight(wid), 0, -1)]
+            digests = [payload_digest(p) for p in held]
+            seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
+            args: list[Any] = [wid, self.max_attempts, "1" if force else "0"]
+            for p, d, s in zip(held, digests, seen, strict=True):
+                letter = DeadLetter(f"poison: killed {s + 1} workers", p, worker=wid, id=peek_id(p))
+                args += [p, d, str(s), letter.to_json()]
+            status, requeued, dead = self._recover(keys=script_keys, args=args)
+            if status == b"alive":
+                return None
+            if status == b"ok":
+                return Recovery(wid, int(requeued), int(dead))
+        raise TransientError(f"recovery of {wid} kept conflicting")
+
+    @transient
+    def requeue_own(self, *, leave: bool = False) -> int:
+        """Hand back everything this worker holds (graceful stop); ``leave`` also deregisters it."""
+        keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
+        return int(self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0"]))
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    @transient
+    def depth(self) -> int:
+        return int(self.redis.llen(self.keys.tickets))
+
+    @transient
+    def held(self) -> int:
+        return int(self.redis.llen(self.inflight))
+
+
+def _raw(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _any(value: bytes) -> Any:
+    """redis-py types list values as ``str``; raw payloads are bytes and must stay bytes."""
+    return value
+
+
+def _digest_of(result_json: bytes) -> str:
+    """The digest of an existing result; an unreadable one matches nothing, so the first result stands."""
+    try:
+        return str(json.loads(result_json).get("digest", ""))
+    except (ValueError, AttributeError):
+        return ""
