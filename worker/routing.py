@@ -1,0 +1,80 @@
+"""Routes: for tickets whose label has a route, one RQ job in the same transaction as the result.
+
+The job is enqueued inside the ack's MULTI (through :data:`worker.queue.AckHook`), so a result and its
+job exist together or not at all. Its id is derived from the ticket id and payload digest, and the ack
+only routes *first* results (not redeliveries), so a ticket processed twice still makes one job.
+
+The job calls ``handler(ticket=..., result=...)`` with plain dicts (JSON serializer, so handlers can be
+written without importing ticketq):
+
+- ``ticket``: ``{"id", "text", "fields"}``
+- ``result``: the :class:`~producer.protocol.Result` JSON as a dict
+
+RQ's own keys (``rq:*``) do not share ticketq's hash tag, so routing is for plain (non-cluster) Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from worker.queue import Finished
+
+
+def job_id(ticket_id: str, digest: str) -> str:
+    """Stable across redeliveries and workers; RQ accepts letters, digits, ``-`` and ``_``."""
+    return "ticketq-" + hashlib.sha1(f"{ticket_id}\0{digest}".encode()).hexdigest()
+
+
+@dataclass
+class Router:
+    connection: redis.Redis
+    routes: Mapping[str, str]  # label -> RQ queue name
+    handler: str  # dotted path of the job function
+    job_timeout: int = 300
+    result_ttl: int = 86_400
+    _queues: dict[str, Queue] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.routes and not self.handler:
+            raise ValueError("routes need a handler: --route-handler or route_handler in the task file")
+
+    def queue(self, name: str) -> Queue:
+        if name not in self._queues:
+            self._queues[name] = Queue(name, connection=self.connection, serializer=JSONSerializer)
+        return self._queues[name]
+
+    def __call__(self, pipe: Pipeline, fresh: Sequence[Finished]) -> None:
+        """The ack hook: add one job per routed ticket to the open MULTI in ``pipe``.
+
+        ``enqueue_many(..., pipeline=pipe)`` only queues commands on the pipeline, which is what a
+        MULTI needs (``enqueue(pipeline=...)`` reads from Redis and fails inside one).
+        """
+        by_queue: dict[str, list[Finished]] = {}
+        for item in fresh:
+            name = self.routes.get(item.result.label)
+            if name is not None:
+                by_queue.setdefault(name, []).append(item)
+        for name, items in by_queue.items():
+            datas = [
+                Queue.prepare_data(
+                    self.handler,
+                    kwargs={
+                        "ticket": {"id": f.ticket.id, "text": f.ticket.text, "fields": f.ticket.fields},
+                        "result": json.loads(f.result.to_json()),
+                    },
+                    job_id=job_id(f.result.id, f.result.digest),
+                    timeout=self.job_timeout,
+                    result_ttl=self.result_ttl,
+                    description=f"ticketq route {f.result.label} for {f.result.id}",
+                )
+                for f in items
+            ]
+            self.queue(name).enqueue_many(datas, pipeline=pipe)

@@ -1,0 +1,227 @@
+"""The worker loop: recover orphans -> claim -> judge (decode + engine) -> ack, until told to stop.
+
+Stopping. The first SIGTERM/SIGINT stops claiming; the drain being classified is finished and acked,
+anything claimed but not started is requeued, and the process exits 0. A second signal abandons the
+drain: what is held is requeued and the process exits at once (128 + signal number).
+
+Redis outages. Every Redis step is retried with bounded, jittered back-off (logged once per attempt,
+interruptible by a stop signal); a drain that was classified is acked when Redis is back, never
+classified twice by this worker. A stop during an outage exits in bounded time: the in-flight list
+stays in Redis, the heartbeat expires, and a peer's recovery requeues it (counting one attempt).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+from worker.errors import Backoff, TransientError
+from worker.heartbeat import Heartbeat
+from worker.judge import Classifier, Judgement, judge
+from worker.logs import get_logger
+from worker.queue import AckHook, AckReport, RedisQueue
+from worker.settings import Settings
+
+T = TypeVar("T")
+
+_BLOCK_S = 1.0  # longest a claim blocks on an empty input; bounds how fast a stop is noticed
+
+
+class HardStop(BaseException):
+    """Raised from the signal handler on a second signal. BaseException so no ``except Exception``
+    (the engine-failure isolation, for one) swallows it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Abandoned(Exception):
+    """A stop was requested while Redis was unreachable: give up on the current step."""
+
+
+class Service:
+    def __init__(
+        self,
+        settings: Settings,
+        queue: RedisQueue,
+        classifier: Classifier,
+        *,
+        heartbeat: Heartbeat | None = None,
+        hook: AckHook | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.classifier = classifier
+        self.heartbeat = heartbeat
+        self.hook = hook
+        self.backoff = backoff or Backoff()
+        self.stopping = threading.Event()
+        self._signals = 0
+        self._log = get_logger("worker.service")
+
+    # -- control ---------------------------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        """Main thread only (Python's rule for signal handlers)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            raise HardStop(signum)
+        self._log.info("stopping", signal=signal.Signals(signum).name)
+        self.stopping.set()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        s = self.settings
+        self._log.info("worker_start", **self.classifier.describe(), settings=s.public())
+        try:
+            self._retry(self._start)
+            if self.heartbeat is not None:
+                self.heartbeat.start()
+            self._loop()
+        except _Abandoned:
+            self._log.warning(
+                "exit_during_outage", note="in-flight payloads stay in Redis; recovery requeues them"
+            )
+            return 0
+        except HardStop as stop:
+            self._requeue_after_hard_stop()
+            return 128 + stop.signum
+        finally:
+            if self.heartbeat is not None and self.heartbeat.is_alive():
+                self.heartbeat.stop()
+        self._leave()
+        return 0
+
+    def _start(self) -> None:
+        """Take back what an earlier process with this id left behind, then requeue dead peers' work."""
+        own = self.queue.recover_worker(self.queue.worker_id, force=True)
+        if own is not None and (own.requeued or own.dead):
+            self._log.info(
+                "requeued", worker=own.worker, count=own.requeued, dead=own.dead, why="own restart"
+            )
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
+        self._recover()
+
+    def _loop(self) -> None:
+        s = self.settings
+        next_recovery = time.monotonic() + s.heartbeat_s
+        # Burst mode is for draining and tests: notice an empty input quickly.
+        block_s = min(_BLOCK_S, 0.1) if s.burst else _BLOCK_S
+        while not self.stopping.is_set():
+            if time.monotonic() >= next_recovery:
+                self._retry(self._recover)
+                next_recovery = time.monotonic() + s.heartbeat_s
+            claimed = self._retry(
+                lambda: self.queue.claim(s.drain, block_s=block_s, max_wait_s=s.max_wait_ms / 1000)
+            )
+            if not claimed:
+                if s.burst and self._retry(self._input_done):
+                    self._log.info("burst_done")
+                    return
+                continue
+            if self.stopping.is_set():
+                return  # claimed but not started: _leave() requeues it
+            self._drain(claimed)
+
+    def _drain(self, claimed: list[bytes]) -> None:
+        began = time.perf_counter()
+        verdict = judge(claimed, self.classifier, self.queue.worker_id)
+        for err in verdict.engine_errors:
+            self._log.error("engine_error", error=err)
+        report = self._retry(lambda: self.queue.ack(verdict.finished, verdict.rejected, self.hook))
+        self._log_drain(claimed, verdict, report, time.perf_counter() - began)
+
+    def _input_done(self) -> bool:
+        """Burst mode's exit test; a last recovery first, so a peer's orphans are not left behind."""
+        if self._recover():
+            return False
+        return self.queue.depth() == 0 and self.queue.held() == 0
+
+    def _recover(self) -> int:
+        moved = 0
+        for rec in self.queue.recover():
+            self._log.info(
+                "requeued", worker=rec.worker, count=rec.requeued, dead=rec.dead, why="heartbeat expired"
+            )
+            moved += rec.requeued + rec.dead
+        return moved
+
+    def _leave(self) -> None:
+        try:
+            count = self.queue.requeue_own(leave=True)
+        except TransientError as exc:
+            self._log.warning("requeue_failed", error=str(exc), note="recovery requeues them after the TTL")
+            return
+        if count:
+            self._log.info("requeued", worker=self.queue.worker_id, count=count, why="shutdown")
+
+    def _requeue_after_hard_stop(self) -> None:
+        # The signal may have landed mid-command: drop every pooled connection rather than reuse one
+        # that is half way through a reply.
+        self.queue.redis.connection_pool.disconnect()
+        self._leave()
+
+    # -- Redis outages ---------------------------------------------------------------------------------
+
+    def _retry(self, step: Callable[[], T]) -> T:
+        delays = self.backoff.delays()
+        failures = 0
+        while True:
+            try:
+                out = step()
+            except TransientError as exc:
+                failures += 1
+                delay = next(delays)
+                self._log.warning(
+                    "redis_unavailable", error=str(exc), attempt=failures, retry_in_s=round(delay, 3)
+                )
+                if self.stopping.wait(delay):
+                    raise _Abandoned from exc
+                continue
+            if failures:
+                self._log.info("redis_restored", after_attempts=failures)
+            return out
+
+    # -- logging ---------------------------------------------------------------------------------------
+
+    def _log_drain(self, claimed: list[bytes], verdict: Judgement, report: AckReport, seconds: float) -> None:
+        for b in verdict.stats:
+            self._log.info(
+                "batch",
+                items=b.items,
+                rows=b.rows,
+                real_tokens=b.real_tokens,
+                padded_tokens=b.padded_tokens,
+                padding_overhead=round(b.padding_overhead, 4),
+                ms=round(b.seconds * 1000, 2),
+                items_per_s=round(b.items_per_s, 1) if b.seconds > 0 else None,
+            )
+        for letter in report.dead:
+            self._log.warning("dead_letter", id=letter.id, reason=letter.reason)
+        fields: dict[str, Any] = {
+            "claimed": len(claimed),
+            "results": len(report.written),
+            "dead": len(report.dead),
+            "redelivered": len(report.redelivered),
+            "ms": round(seconds * 1000, 2),
+        }
+        try:
+            fields["queue_depth"] = self.queue.depth()
+        except TransientError:
+            fields["queue_depth"] = None
+        self._log.info("drain", **fields)

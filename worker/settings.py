@@ -1,0 +1,186 @@
+"""The worker's settings: one frozen object, built from flags over ``TICKETQ_*`` variables over defaults.
+
+Validated once, at start-up, so a bad value fails before anything is claimed. The Redis password never
+leaves this module in clear: ``repr``, :meth:`Settings.public` and :func:`mask_url` all mask it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from producer.protocol import DEFAULT_PREFIX
+from worker.errors import ConfigError
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def mask_url(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def default_worker_id() -> str:
+    """host-pid-random: readable in ``ticketq-producer stats``, unique even when pids repeat in containers."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = DEFAULT_REDIS_URL
+    prefix: str = DEFAULT_PREFIX
+    drain: int = 256  # payloads claimed at once; the engine buckets them by length
+    batch_size: int = 32
+    max_batch_tokens: int = 8192
+    max_wait_ms: int = 50  # how long a claim keeps filling after the first payload arrived
+    model: str = "smollm2"  # the embedded model; "fake:a,b,c" is the test double in worker.fake
+    dtype: str = "auto"
+    device: str = "auto"
+    task: str | None = None
+    threads: int | None = None  # torch threads; None leaves torch's default
+    burst: bool = False
+    worker_id: str = field(default_factory=default_worker_id)
+    log_format: str = "auto"
+    log_level: str = "info"
+    routes: tuple[tuple[str, str], ...] = ()  # (label, RQ queue name)
+    route_handler: str | None = None
+    heartbeat_s: float = 15.0  # heartbeat TTL; refreshed every heartbeat_s / 5
+    max_attempts: int = 3  # dead workers a payload may be in flight on before it is poison
+
+    def __post_init__(self) -> None:
+        problems = [p for p in self._problems() if p]
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def _problems(self) -> list[str]:
+        return [
+            ""
+            if urlsplit(self.redis_url).scheme in ("redis", "rediss", "unix")
+            else "redis-url: not redis://",
+            "" if self.prefix and " " not in self.prefix else "prefix: empty or has a space",
+            "" if 1 <= self.drain <= 100_000 else "drain: must be 1..100000",
+            "" if 1 <= self.batch_size <= self.drain else "batch-size: must be 1..drain",
+            "" if self.max_batch_tokens >= 64 else "max-batch-tokens: must be >= 64",
+            "" if 0 <= self.max_wait_ms <= 60_000 else "max-wait-ms: must be 0..60000",
+            "" if self.threads is None or self.threads >= 1 else "threads: must be >= 1",
+            "" if self.worker_id and ":" not in self.worker_id else "worker-id: empty or has ':'",
+            "" if self.log_format in LOG_FORMATS else f"log-format: one of {', '.join(LOG_FORMATS)}",
+            "" if self.log_level in LOG_LEVELS else f"log-level: one of {', '.join(LOG_LEVELS)}",
+            "" if 0.5 <= self.heartbeat_s <= 3600 else "heartbeat-s: must be 0.5..3600",
+            "" if 1 <= self.max_attempts <= 100 else "max-attempts: must be 1..100",
+        ]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.public().items())
+        return f"Settings({inner})"
+
+    def public(self) -> dict[str, Any]:
+        """Every setting, safe to log."""
+        out = asdict(self)
+        out["redis_url"] = mask_url(self.redis_url)
+        out["routes"] = dict(self.routes)
+        return out
+
+    @property
+    def heartbeat_every_s(self) -> float:
+        return self.heartbeat_s / 5
+
+
+# flag name, type, help. The env variable is TICKETQ_<NAME>, e.g. --max-wait-ms -> TICKETQ_MAX_WAIT_MS.
+_FLAGS: list[tuple[str, type, str]] = [
+    ("redis-url", str, f"Redis URL (default {DEFAULT_REDIS_URL})"),
+    ("prefix", str, f"key prefix; a hash tag like {{ticketq}} for Redis Cluster (default {DEFAULT_PREFIX})"),
+    ("drain", int, "payloads claimed at once and bucketed by length together (default 256)"),
+    ("batch-size", int, "tickets per engine batch (default 32)"),
+    ("max-batch-tokens", int, "token budget of one engine batch (default 8192)"),
+    ("max-wait-ms", int, "after the first payload, keep filling a drain this long (default 50)"),
+    ("model", str, "embedded model name or HF id (default smollm2); fake:a,b,c is a test double"),
+    ("dtype", str, "auto, float32, bfloat16, float16 (default auto)"),
+    ("device", str, "auto, cpu, cuda, mps (default auto)"),
+    ("task", str, "task TOML: labels, instructions, examples, routes (default: the built-in task)"),
+    ("threads", int, "torch CPU threads (default: torch's choice)"),
+    ("worker-id", str, "unique id of this worker (default host-pid-random)"),
+    ("log-format", str, "auto (console on a TTY, else JSON), json, console"),
+    ("log-level", str, "debug, info, warning, error (default info)"),
+    ("route-handler", str, "dotted path of the RQ job function for routed tickets"),
+    ("heartbeat-s", float, "heartbeat TTL in seconds; a silent worker is recovered after it (default 15)"),
+    ("max-attempts", int, "dead workers a ticket may be in flight on before it is dead-lettered (default 3)"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every setting as a flag. Defaults are ``None`` so that :func:`from_args` can tell "not given"."""
+    for name, kind, text in _FLAGS:
+        parser.add_argument(f"--{name}", type=kind, default=None, help=f"{text} [env TICKETQ_{_env(name)}]")
+    parser.add_argument(
+        "--burst", action="store_true", default=None, help="exit once the input is empty [env TICKETQ_BURST]"
+    )
+    parser.add_argument(
+        "--route",
+        action="append",
+        default=None,
+        metavar="LABEL=QUEUE",
+        help="enqueue an RQ job on QUEUE for tickets labelled LABEL; repeatable [env TICKETQ_ROUTES=a=q,b=r]",
+    )
+
+
+def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Settings:
+    """Flags win over ``TICKETQ_*`` variables, which win over the defaults. Raises :class:`ConfigError`."""
+    env = os.environ if environ is None else environ
+    known = {f.name: f for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for name, kind, _ in [*_FLAGS, ("burst", bool, ""), ("route", str, "")]:
+        attr = name.replace("-", "_")
+        given = getattr(args, attr, None)
+        raw_env = env.get(f"TICKETQ_{_env(name)}" if name != "route" else "TICKETQ_ROUTES")
+        try:
+            if attr == "route":
+                values["routes"] = _parse_routes(given if given is not None else _split(raw_env))
+            elif given is not None:
+                values[attr] = given
+            elif raw_env not in (None, ""):
+                values[attr] = _from_env(kind, raw_env)
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    return Settings(**{k: v for k, v in values.items() if k in known})
+
+
+def _env(flag: str) -> str:
+    return flag.upper().replace("-", "_")
+
+
+def _from_env(kind: type, raw: str) -> Any:
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"not a boolean: {raw!r}")
+    return kind(raw)
+
+
+def _split(raw: str | None) -> list[str]:
+    return [p.strip() for p in (raw or "").split(",") if p.strip()]
+
+
+def _parse_routes(items: list[str]) -> tuple[tuple[str, str], ...]:
+    out: dict[str, str] = {}
+    for item in items:
+        label, sep, queue = item.partition("=")
+        if not sep or not label.strip() or not queue.strip():
+            raise ValueError(f"expected LABEL=QUEUE, got {item!r}")
+        out[label.strip()] = queue.strip()
+    return tuple(out.items())
