@@ -1,0 +1,178 @@
+"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters.
+
+Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header that has ``id`` and
+``text`` (other columns are passed through to the result as ``fields``). Every ticket is validated
+before any is pushed, so a bad line fails the command with its line number and pushes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from typing import Any, TextIO
+
+import redis
+
+from producer.client import Client, encode
+from producer.protocol import DEFAULT_PREFIX, BadTicket
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class InputError(ValueError):
+    """A line of the input that is not a ticket; the message names the line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    client = Client.from_url(args.redis_url, args.prefix, socket_connect_timeout=5)
+    try:
+        return int(args.func(client, args))
+    except InputError as exc:
+        print(f"ticketq-producer: {exc}", file=sys.stderr)
+        return 2
+    except redis.ConnectionError as exc:
+        print(f"ticketq-producer: cannot reach Redis: {exc}", file=sys.stderr)
+        return 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ticketq-producer", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
+        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=os.environ.get("TICKETQ_PREFIX", DEFAULT_PREFIX),
+        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
+    push.add_argument("file", metavar="FILE|-")
+    push.add_argument("--format", choices=("auto", "jsonl", "csv"), default="auto")
+    push.add_argument("--wait", action="store_true", help="wait for the results and print them as JSONL")
+    push.add_argument("--timeout", type=float, default=60.0, help="seconds to wait with --wait (default 60)")
+    push.set_defaults(func=cmd_push)
+    get = sub.add_parser("get", help="print the results of ticket ids as JSONL")
+    get.add_argument("ids", nargs="+", metavar="ID")
+    get.set_defaults(func=cmd_get)
+    stats = sub.add_parser("stats", help="queue depth, in-flight per worker, done, dead")
+    stats.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    stats.set_defaults(func=cmd_stats)
+    dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
+    dead.add_argument("--limit", type=int, default=20)
+    dead.set_defaults(func=cmd_dead)
+    return parser
+
+
+def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict[str, Any]]:
+    """Every ticket in the input, validated; :class:`InputError` names the first bad line."""
+    text = stream.read()
+    if fmt == "auto":
+        fmt = _sniff(text, name)
+    rows = _jsonl(text) if fmt == "jsonl" else _csv(text)
+    tickets = []
+    for line, row in rows:
+        try:
+            encode(row)
+        except BadTicket as exc:
+            raise InputError(f"line {line}: {exc.reason}") from None
+        tickets.append(row)
+    return tickets
+
+
+def _sniff(text: str, name: str) -> str:
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    return "jsonl" if text.lstrip().startswith("{") else "csv"
+
+
+def _jsonl(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise InputError(f"line {line}: not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"line {line}: not a JSON object")
+        yield line, obj
+
+
+def _csv(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    reader = csv.DictReader(io.StringIO(text))
+    if reader.fieldnames is None or not {"id", "text"} <= set(reader.fieldnames):
+        raise InputError("CSV needs a header with id and text columns")
+    for row in reader:
+        if None in row:
+            raise InputError(f"line {reader.line_num}: more values than header columns")
+        yield reader.line_num, {k: v for k, v in row.items() if v is not None}
+
+
+def cmd_push(client: Client, args: argparse.Namespace) -> int:
+    if args.file == "-":
+        tickets = read_tickets(sys.stdin, args.format)
+    else:
+        with open(args.file, encoding="utf-8", newline="") as f:
+            tickets = read_tickets(f, args.format, args.file)
+    ids = client.push(tickets)
+    print(f"pushed {len(ids)} tickets", file=sys.stderr)
+    if not args.wait:
+        return 0
+    waited = client.wait(ids, timeout=args.timeout)
+    for tid in dict.fromkeys(ids):
+        if tid in waited.results:
+            print(waited.results[tid].to_json())
+        elif tid in waited.dead:
+            print(json.dumps({"id": tid, "dead": waited.dead[tid]}, ensure_ascii=False))
+        else:
+            print(json.dumps({"id": tid, "pending": True}))
+    if waited.pending:
+        print(f"{len(waited.pending)} tickets still pending after {args.timeout:g} s", file=sys.stderr)
+    return 0 if len(waited.results) == len(set(ids)) else 1
+
+
+def cmd_get(client: Client, args: argparse.Namespace) -> int:
+    found = client.get_many(args.ids)
+    for tid in args.ids:
+        if tid in found:
+            print(found[tid].to_json())
+        else:
+            print(f"no result for {tid}", file=sys.stderr)
+    return 0 if len(found) == len(set(args.ids)) else 1
+
+
+def cmd_stats(client: Client, args: argparse.Namespace) -> int:
+    stats = client.stats()
+    if args.json:
+        print(json.dumps({**asdict(stats), "inflight": stats.inflight, "alive": stats.alive}))
+        return 0
+    print(f"waiting    {stats.waiting}")
+    print(f"in flight  {stats.inflight}")
+    print(f"done       {stats.done}")
+    print(f"dead       {stats.dead}")
+    print(f"workers    {stats.alive} alive of {len(stats.workers)}")
+    if stats.workers:
+        width = max(len("WORKER"), *(len(w.id) for w in stats.workers))
+        print(f"  {'WORKER':<{width}}  {'ALIVE':<5}  {'IN-FLIGHT':>9}  MODEL")
+        for w in stats.workers:
+            alive = "yes" if w.alive else "no"
+            print(f"  {w.id:<{width}}  {alive:<5}  {w.inflight:>9}  {w.info.get('model', '')}")
+    return 0
+
+
+def cmd_dead(client: Client, args: argparse.Namespace) -> int:
+    for letter in client.dead(args.limit):
+        print(letter.to_json())
+    return 0

@@ -1,0 +1,203 @@
+"""A small client for services that feed ticketq: push tickets, wait for results, read queue stats.
+
+Light on purpose: redis-py and the standard library only, so any service can depend on it. Every
+ticket is validated with the same strict decoder the worker uses before it is pushed, so a producer
+learns about a bad ticket from an exception, not from the dead-letter list.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from producer.protocol import (
+    DEFAULT_PREFIX,
+    VERSION,
+    BadTicket,
+    DeadLetter,
+    Event,
+    Keys,
+    Result,
+    Ticket,
+    decode_ticket,
+)
+
+_PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
+DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
+
+
+@dataclass
+class Waited:
+    """What :meth:`Client.wait` saw: results, dead-lettered ids (id -> reason), and the rest."""
+
+    results: dict[str, Result] = field(default_factory=dict)
+    dead: dict[str, str] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # neither, when the timeout ran out
+
+    @property
+    def complete(self) -> bool:
+        return not self.pending
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    id: str
+    alive: bool  # heartbeat present
+    inflight: int
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Stats:
+    waiting: int
+    done: int
+    dead: int
+    workers: list[WorkerStats]
+
+    @property
+    def inflight(self) -> int:
+        return sum(w.inflight for w in self.workers)
+
+    @property
+    def alive(self) -> int:
+        return sum(w.alive for w in self.workers)
+
+
+def encode(ticket: Ticket | Mapping[str, Any]) -> tuple[bytes, Ticket]:
+    """One ticket as the payload a worker will read, and that payload decoded the way the worker will.
+
+    Raises :class:`~producer.protocol.BadTicket` with the worker's own reason."""
+    if isinstance(ticket, Ticket):
+        raw = ticket.to_json()
+    else:
+        try:
+            raw = json.dumps({"v": VERSION, **ticket}, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise BadTicket(f"not JSON-serialisable: {exc}") from None
+    payload = raw.encode("utf-8", "surrogatepass")
+    return payload, decode_ticket(payload)
+
+
+class Client:
+    def __init__(self, connection: redis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
+        self.redis = connection
+        self.keys = Keys(prefix)
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = DEFAULT_PREFIX, **kwargs: Any) -> Client:
+        return cls(redis.Redis.from_url(url, **kwargs), prefix)
+
+    def push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> list[str]:
+        """Validate every ticket, then LPUSH them all (pipelined). Returns their ids, in order.
+
+        Nothing is pushed if any ticket is invalid: the exception names the first bad one.
+        """
+        payloads: list[bytes] = []
+        ids: list[str] = []
+        for n, ticket in enumerate(tickets):
+            try:
+                payload, decoded = encode(ticket)
+            except BadTicket as exc:
+                raise BadTicket(f"ticket #{n}: {exc.reason}") from None
+            payloads.append(payload)
+            ids.append(decoded.id)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for start in range(0, len(payloads), _PUSH_CHUNK):
+                pipe.lpush(self.keys.tickets, *payloads[start : start + _PUSH_CHUNK])
+            pipe.execute()
+        return ids
+
+    def get(self, ticket_id: str) -> Result | None:
+        return self.get_many([ticket_id]).get(ticket_id)
+
+    def get_many(self, ids: Sequence[str]) -> dict[str, Result]:
+        if not ids:
+            return {}
+        raw = self.redis.hmget(self.keys.results, list(ids))
+        return {i: Result.from_json(r) for i, r in zip(ids, raw, strict=True) if r is not None}
+
+    def wait(self, ids: Iterable[str], timeout: float = 30.0) -> Waited:
+        """Block until every id has a result or went dead, or ``timeout`` seconds pass. No polling.
+
+        Subscribes to ``P:events`` first and only then reads the results hash, so a result written in
+        between is seen either way. Dead letters written before the wait are found in the newest
+        :data:`DEAD_SCAN` entries of ``P:dead``.
+        """
+        out = Waited(pending=set(ids))
+        deadline = time.monotonic() + timeout
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(self.keys.events)
+            self._collect(out, sorted(out.pending))
+            if out.pending:
+                out.dead.update(self._dead_among(out.pending))
+                out.pending -= set(out.dead)
+            while out.pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                message = pubsub.get_message(timeout=left)
+                if message is None or message.get("type") != "message":
+                    continue
+                event = Event.from_json(message["data"])
+                self._collect(out, [i for i in event.ids if i in out.pending])
+                for tid, reason in event.dead.items():
+                    if tid in out.pending and tid not in out.results:
+                        out.dead[tid] = reason
+                        out.pending.discard(tid)
+        finally:
+            pubsub.close()
+        return out
+
+    def _collect(self, out: Waited, ids: Sequence[str]) -> None:
+        found = self.get_many(ids)
+        out.results.update(found)
+        out.pending -= set(found)
+
+    def _dead_among(self, ids: set[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for raw in self.redis.lrange(self.keys.dead, 0, DEAD_SCAN - 1):
+            try:
+                letter = DeadLetter.from_json(raw)
+            except (ValueError, TypeError):
+                continue
+            if letter.id in ids and letter.id not in found:
+                found[letter.id] = letter.reason
+        return found
+
+    def dead(self, limit: int = 20) -> list[DeadLetter]:
+        """The newest dead letters first."""
+        return [DeadLetter.from_json(r) for r in self.redis.lrange(self.keys.dead, 0, max(limit, 1) - 1)]
+
+    def stats(self) -> Stats:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(self.keys.tickets)
+            pipe.hlen(self.keys.results)
+            pipe.llen(self.keys.dead)
+            pipe.smembers(self.keys.workers)
+            waiting, done, dead, members = pipe.execute()
+        ids = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for wid in ids:
+                pipe.get(self.keys.heartbeat(wid))
+                pipe.llen(self.keys.inflight(wid))
+            replies = pipe.execute()
+        workers = []
+        for n, wid in enumerate(ids):
+            beat, held = replies[2 * n], replies[2 * n + 1]
+            info = _json_object(beat)
+            workers.append(WorkerStats(id=wid, alive=beat is not None, inflight=int(held), info=info))
+        return Stats(waiting=int(waiting), done=int(done), dead=int(dead), workers=workers)
+
+
+def _json_object(raw: bytes | None) -> dict[str, Any]:
+    try:
+        obj = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
