@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.client import PubSub
 
 from producer.protocol import (
     DEFAULT_PREFIX,
@@ -130,9 +131,10 @@ class Client:
         """
         out = Waited(pending=set(ids))
         deadline = time.monotonic() + timeout
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub = self.redis.pubsub()
         try:
             pubsub.subscribe(self.keys.events)
+            self._confirmed(pubsub, deadline)
             self._collect(out, sorted(out.pending))
             if out.pending:
                 out.dead.update(self._dead_among(out.pending))
@@ -153,6 +155,15 @@ class Client:
         finally:
             pubsub.close()
         return out
+
+    @staticmethod
+    def _confirmed(pubsub: PubSub, deadline: float) -> None:
+        """Wait for the server to confirm the subscription: only then can no event slip between it and
+        the read of the results hash that follows."""
+        while (left := deadline - time.monotonic()) > 0:
+            message = pubsub.get_message(timeout=left)
+            if message is not None and message.get("type") == "subscribe":
+                return
 
     def _collect(self, out: Waited, ids: Sequence[str]) -> None:
         found = self.get_many(ids)

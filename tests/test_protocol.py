@@ -1,0 +1,157 @@
+"""The wire contract: the strict decoder's reasons, and formats that round-trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from producer.protocol import (
+    MAX_ID_CHARS,
+    MAX_PAYLOAD_BYTES,
+    MAX_TEXT_CHARS,
+    BadTicket,
+    DeadLetter,
+    Event,
+    Keys,
+    Result,
+    Ticket,
+    decode_ticket,
+    payload_digest,
+    peek_id,
+)
+
+
+def test_good_ticket_keeps_extra_fields_and_strips_text() -> None:
+    t = decode_ticket(b'{"id": "T-1", "text": "  charged twice\\n", "v": 1, "customer": "acme", "n": 3}')
+    assert t == Ticket(id="T-1", text="charged twice", fields={"customer": "acme", "n": 3})
+
+
+def test_ticket_to_json_round_trips() -> None:
+    t = Ticket(id="é-1", text="ünïcode ok", fields={"k": [1, 2]})
+    assert decode_ticket(t.to_json()) == t
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"\xff\xfe", "not UTF-8"),
+        (b"not json", "not JSON"),
+        (b"[" * 30_000 + b"]" * 30_000, "not JSON: nested too deeply"),
+        (b"[1, 2]", "not a JSON object: got list"),
+        (b'"str"', "not a JSON object: got str"),
+        (b'{"id": "a", "text": "b", "v": 2}', "unsupported version: 2"),
+        (b'{"id": "a", "text": "b", "v": true}', "unsupported version: True"),
+        (b'{"text": "b"}', "missing field: id"),
+        (b'{"id": 7, "text": "b"}', "wrong type: id must be a string, got int"),
+        (b'{"id": "  ", "text": "b"}', "empty field: id"),
+        (json.dumps({"id": "x" * (MAX_ID_CHARS + 1), "text": "b"}).encode(), "id too long"),
+        (b'{"id": "a"}', "missing field: text"),
+        (b'{"id": "a", "text": ["b"]}', "wrong type: text must be a string, got list"),
+        (b'{"id": "a", "text": " \\t\\n "}', "empty field: text"),
+        (json.dumps({"id": "a", "text": "x" * (MAX_TEXT_CHARS + 1)}).encode(), "text too long"),
+        (b'{"id": "a", "text": "bell \\u0007"}', "control character U+0007"),
+        (b'{"id": "a", "text": "del \\u007f"}', "control character U+007F"),
+        (b'{"id": "a", "text": "half \\ud800 pair"}', "lone surrogate U+D800"),
+        (b"{" + b" " * MAX_PAYLOAD_BYTES + b"}", "payload too large"),
+    ],
+)
+def test_every_bad_input_has_its_reason(raw: bytes, reason: str) -> None:
+    with pytest.raises(BadTicket) as info:
+        decode_ticket(raw)
+    assert info.value.reason.startswith(reason), info.value.reason
+
+
+def test_tab_newline_and_carriage_return_are_allowed() -> None:
+    assert decode_ticket(b'{"id": "a", "text": "a\\tb\\r\\nc"}').text == "a\tb\r\nc"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2048))
+def test_arbitrary_bytes_decode_or_raise_bad_ticket(raw: bytes) -> None:
+    try:
+        assert isinstance(decode_ticket(raw), Ticket)
+    except BadTicket as exc:
+        assert exc.reason
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+_ticketish = st.fixed_dictionaries(
+    {},
+    optional={"id": _json | st.text(max_size=10), "text": _json | st.text(max_size=60), "v": _json},
+)
+_extras = st.dictionaries(st.text(max_size=8), _json, max_size=3)
+_ticketish = st.tuples(_ticketish, _extras).map(lambda pair: pair[1] | pair[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_json, _ticketish))
+def test_arbitrary_json_decodes_or_raises_bad_ticket(obj: object) -> None:
+    raw = json.dumps(obj).encode()
+    try:
+        ticket = decode_ticket(raw)
+    except BadTicket as exc:
+        assert exc.reason
+        return
+    assert isinstance(obj, dict)
+    assert ticket.id == obj["id"] and ticket.text == str(obj["text"]).strip()
+    assert "id" not in ticket.fields and "text" not in ticket.fields and "v" not in ticket.fields
+
+
+def test_result_round_trips() -> None:
+    r = Result(id="a", label="billing", scores={"billing": 0.9, "other": 0.1}, model="m", digest="d", at=5.0)
+    assert Result.from_json(r.to_json()) == r
+
+
+def test_dead_letter_keeps_utf8_as_text_and_other_bytes_as_base64() -> None:
+    text = DeadLetter("r", "é".encode(), worker="w", at=1.0, id="x")
+    assert json.loads(text.to_json())["payload"] == "é"
+    assert DeadLetter.from_json(text.to_json()) == text
+    binary = DeadLetter("r", b"\xff\x00", at=1.0)
+    assert "payload_b64" in json.loads(binary.to_json())
+    assert DeadLetter.from_json(binary.to_json()).payload == b"\xff\x00"
+
+
+def test_dead_letter_of_an_oversized_payload_is_bounded() -> None:
+    letter = json.loads(DeadLetter("too big", b"x" * (MAX_PAYLOAD_BYTES * 2)).to_json())
+    assert letter["payload_bytes"] == MAX_PAYLOAD_BYTES * 2
+    assert len(letter["payload"]) == MAX_PAYLOAD_BYTES
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"id": "a", "text": 5}', "a"),
+        (b'{"id": 5}', None),
+        (b'{"id": ""}', None),
+        (b"[]", None),
+        (b"\xff", None),
+        (b"nope", None),
+    ],
+)
+def test_peek_id_is_best_effort(raw: bytes, expected: str | None) -> None:
+    assert peek_id(raw) == expected
+
+
+def test_event_round_trips_and_tolerates_junk() -> None:
+    e = Event(ids=["a", "b"], dead={"c": "duplicate id"})
+    assert Event.from_json(e.to_json()) == e
+    assert Event.from_json(b"junk") == Event()
+    assert Event.from_json(b'{"ids": "a", "dead": []}') == Event()
+
+
+def test_keys_share_the_prefix_and_its_hash_tag() -> None:
+    k = Keys("{tq}")
+    names = [k.tickets, k.results, k.dead, k.workers, k.attempts, k.events, k.inflight("w"), k.heartbeat("w")]
+    assert all(n.startswith("{tq}:") for n in names)
+    assert len(set(names)) == len(names)
+
+
+def test_digest_is_sha1_of_the_raw_bytes() -> None:
+    assert payload_digest(b"abc") == "a9993e364706816aba3e25717850c26c9cd0d89d"
