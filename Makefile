@@ -41,10 +41,12 @@ $(STAMP):
 test: $(STAMP) ## run the whole test suite against a Redis (scripts/with-redis.sh finds or starts one)
 	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/with-redis.sh $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
-lint: $(STAMP) ## ruff (lint and format check) and mypy
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+lint: $(STAMP) ## ruff (lint and format check) and mypy; runs all three, fails if any failed
+	@status=0; \
+	echo "ruff check ."; $(BIN)/ruff check . || status=1; \
+	echo "ruff format --check ."; $(BIN)/ruff format --check . || status=1; \
+	echo "mypy"; $(BIN)/mypy || status=1; \
+	exit $$status
 
 bench: $(STAMP) ## the throughput benchmark (ticketq-worker bench; pass options in BENCH_ARGS)
 	$(BIN)/ticketq-worker bench $(BENCH_ARGS)
