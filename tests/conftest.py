@@ -7,17 +7,14 @@ Without one the Redis tests skip, saying why; with ``CI=true`` they fail instead
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import fakeredis
 import pytest
 import redis
+from support import FakeClassifier, Proxy
 
 from producer.protocol import Keys
 
@@ -73,88 +70,9 @@ def fake_redis() -> Iterator[fakeredis.FakeRedis]:
     client.flushall()
 
 
-class FakeClassifier:
-    """Labels by keyword; raises on any drain with 'boom' in a text; records every call."""
-
-    def __init__(self, labels: Sequence[str] = ("billing", "technical", "account")) -> None:
-        from worker.fake import KeywordClassifier
-
-        self._inner = KeywordClassifier(labels, batch_size=4)
-        self.labels = list(labels)
-        self.name = "fake-test"
-        self.calls: list[list[str]] = []
-
-    def describe(self) -> dict[str, Any]:
-        return {"model": self.name, "dtype": "none", "device": "cpu"}
-
-    def classify(self, texts: Sequence[str]) -> tuple[list[Any], list[Any]]:
-        self.calls.append(list(texts))
-        if any("boom" in t for t in texts):
-            raise RuntimeError("boom in the engine")
-        return self._inner.classify(texts)
-
-
 @pytest.fixture
 def fake_classifier() -> FakeClassifier:
     return FakeClassifier()
-
-
-class Proxy:
-    """A TCP forwarder to Redis whose plug can be pulled: ``cut()`` drops every connection and refuses
-    new ones until ``restore()``. Lets a test take Redis away from one client without stopping Redis."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.up = threading.Event()
-        self.up.set()
-        self.conns: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.up.is_set():
-                client.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            with self.lock:
-                self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.up.clear()
-        with self.lock:
-            for s in self.conns:
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
-            self.conns.clear()
-
-    def restore(self) -> None:
-        self.up.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self.cut()
-        self.listener.close()
 
 
 @pytest.fixture
@@ -163,8 +81,3 @@ def proxy(redis_url: str) -> Iterator[Proxy]:
     p = Proxy(parts.get("host", "127.0.0.1"), int(parts.get("port", 6379)))
     yield p
     p.close()
-
-
-def proxied_url(redis_url: str, port: int) -> str:
-    db = redis.connection.parse_url(redis_url).get("db", 0)
-    return f"redis://127.0.0.1:{port}/{db}"
