@@ -126,11 +126,12 @@ def cmd_push(client: Client, args: argparse.Namespace) -> int:
     else:
         with open(args.file, encoding="utf-8", newline="") as f:
             tickets = read_tickets(f, args.format, args.file)
-    ids = client.push(tickets)
-    print(f"pushed {len(ids)} tickets", file=sys.stderr)
     if not args.wait:
+        print(f"pushed {len(client.push(tickets))} tickets", file=sys.stderr)
         return 0
-    waited = client.wait(ids, timeout=args.timeout)
+    ids = [str(t["id"]) for t in tickets]
+    print(f"pushing {len(ids)} tickets and waiting up to {args.timeout:g} s", file=sys.stderr)
+    waited = client.push_and_wait(tickets, timeout=args.timeout)
     for tid in dict.fromkeys(ids):
         if tid in waited.results:
             print(waited.results[tid].to_json())

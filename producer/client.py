@@ -26,6 +26,7 @@ from producer.protocol import (
     Result,
     Ticket,
     decode_ticket,
+    payload_digest,
 )
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
@@ -98,20 +99,29 @@ class Client:
 
         Nothing is pushed if any ticket is invalid: the exception names the first bad one.
         """
+        return list(self._push(tickets))
+
+    def push_and_wait(self, tickets: Iterable[Ticket | Mapping[str, Any]], timeout: float = 30.0) -> Waited:
+        """Push, then wait for exactly these payloads: an older result for a reused id does not count
+        (these tickets will go dead as ``duplicate id``, and the wait reports that)."""
+        digests = self._push(tickets)
+        return self.wait(list(digests), timeout, digests=digests)
+
+    def _push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> dict[str, str]:
         payloads: list[bytes] = []
-        ids: list[str] = []
+        digests: dict[str, str] = {}  # id -> digest of its first payload, the one that will win
         for n, ticket in enumerate(tickets):
             try:
                 payload, decoded = encode(ticket)
             except BadTicket as exc:
                 raise BadTicket(f"ticket #{n}: {exc.reason}") from None
             payloads.append(payload)
-            ids.append(decoded.id)
+            digests.setdefault(decoded.id, payload_digest(payload))
         with self.redis.pipeline(transaction=False) as pipe:
             for start in range(0, len(payloads), _PUSH_CHUNK):
                 pipe.lpush(self.keys.tickets, *payloads[start : start + _PUSH_CHUNK])
             pipe.execute()
-        return ids
+        return digests
 
     def get(self, ticket_id: str) -> Result | None:
         return self.get_many([ticket_id]).get(ticket_id)
@@ -122,22 +132,26 @@ class Client:
         raw = self.redis.hmget(self.keys.results, list(ids))
         return {i: Result.from_json(r) for i, r in zip(ids, raw, strict=True) if r is not None}
 
-    def wait(self, ids: Iterable[str], timeout: float = 30.0) -> Waited:
+    def wait(
+        self, ids: Iterable[str], timeout: float = 30.0, *, digests: Mapping[str, str] | None = None
+    ) -> Waited:
         """Block until every id has a result or went dead, or ``timeout`` seconds pass. No polling.
 
         Subscribes to ``P:events`` first and only then reads the results hash, so a result written in
         between is seen either way. Dead letters written before the wait are found in the newest
-        :data:`DEAD_SCAN` entries of ``P:dead``.
+        :data:`DEAD_SCAN` entries of ``P:dead``. With ``digests`` (id -> payload digest), only results
+        and dead letters for those exact payloads count.
         """
+        expect = dict(digests or {})
         out = Waited(pending=set(ids))
         deadline = time.monotonic() + timeout
         pubsub = self.redis.pubsub()
         try:
             pubsub.subscribe(self.keys.events)
             self._confirmed(pubsub, deadline)
-            self._collect(out, sorted(out.pending))
+            self._collect(out, sorted(out.pending), expect)
             if out.pending:
-                out.dead.update(self._dead_among(out.pending))
+                out.dead.update(self._dead_among(out.pending, expect))
                 out.pending -= set(out.dead)
             while out.pending:
                 left = deadline - time.monotonic()
@@ -147,7 +161,7 @@ class Client:
                 if message is None or message.get("type") != "message":
                     continue
                 event = Event.from_json(message["data"])
-                self._collect(out, [i for i in event.ids if i in out.pending])
+                self._collect(out, [i for i in event.ids if i in out.pending], expect)
                 for tid, reason in event.dead.items():
                     if tid in out.pending and tid not in out.results:
                         out.dead[tid] = reason
@@ -165,19 +179,21 @@ class Client:
             if message is not None and message.get("type") == "subscribe":
                 return
 
-    def _collect(self, out: Waited, ids: Sequence[str]) -> None:
-        found = self.get_many(ids)
+    def _collect(self, out: Waited, ids: Sequence[str], expect: Mapping[str, str]) -> None:
+        found = {i: r for i, r in self.get_many(ids).items() if expect.get(i, r.digest) == r.digest}
         out.results.update(found)
         out.pending -= set(found)
 
-    def _dead_among(self, ids: set[str]) -> dict[str, str]:
+    def _dead_among(self, ids: set[str], expect: Mapping[str, str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for raw in self.redis.lrange(self.keys.dead, 0, DEAD_SCAN - 1):
             try:
                 letter = DeadLetter.from_json(raw)
             except (ValueError, TypeError):
                 continue
-            if letter.id in ids and letter.id not in found:
+            if letter.id not in ids or letter.id in found:
+                continue
+            if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
                 found[letter.id] = letter.reason
         return found
 
