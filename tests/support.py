@@ -11,6 +11,9 @@ from typing import Any
 
 import redis
 
+from producer.protocol import Result, decode_ticket, payload_digest
+from worker.queue import Finished
+
 
 def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll a condition in a test (tests may poll; the code under test may not)."""
@@ -103,3 +106,12 @@ class Proxy:
 def proxied_url(redis_url: str, port: int) -> str:
     db = redis.connection.parse_url(redis_url).get("db", 0)
     return f"redis://127.0.0.1:{port}/{db}"
+
+
+def finished(raw: bytes, label: str = "billing") -> Finished:
+    """A classified ticket for ``raw``, as the service would hand it to ack."""
+    t = decode_ticket(raw)
+    result = Result(
+        id=t.id, label=label, scores={label: 1.0}, model="m", digest=payload_digest(raw), worker="w1"
+    )
+    return Finished(raw, t, result)

@@ -9,25 +9,18 @@ import time
 import pytest
 import redis
 from redis.crc import key_slot
+from support import finished
 
-from producer.protocol import DeadLetter, Event, Keys, Result, decode_ticket, payload_digest
+from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
 from worker import lua
 from worker.errors import TransientError
-from worker.queue import Finished, RedisQueue, Rejected, connect
+from worker.queue import RedisQueue, Rejected, connect
 
 pytestmark = pytest.mark.redis
 
 
 def payload(i: int | str, text: str = "hello") -> bytes:
     return json.dumps({"id": f"t{i}", "text": f"{text} {i}"}).encode()
-
-
-def finished(raw: bytes, label: str = "billing") -> Finished:
-    t = decode_ticket(raw)
-    result = Result(
-        id=t.id, label=label, scores={label: 1.0}, model="m", digest=payload_digest(raw), worker="w1"
-    )
-    return Finished(raw, t, result)
 
 
 @pytest.fixture
@@ -68,8 +61,8 @@ def test_ack_writes_results_and_dead_letters_and_releases_in_one_step(
     assert pubsub.get_message(timeout=2) is None  # the confirmation, consumed
     report = q.ack([finished(good)], [Rejected(bad, DeadLetter("not JSON", bad, worker="w1"))])
     assert report.written == ["t1"] and len(report.dead) == 1
-    assert Result.from_json(r.hget(keys.results, "t1")).label == "billing"  # type: ignore[arg-type]
-    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).payload == b"junk"  # type: ignore[arg-type]
+    assert Result.from_json(r.hget(keys.results, "t1")).label == "billing"
+    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).payload == b"junk"
     assert r.llen(keys.inflight("w1")) == 0
     message = pubsub.get_message(timeout=2)
     assert message is not None and Event.from_json(message["data"]) == Event(ids=["t1"])
@@ -83,7 +76,7 @@ def test_redelivery_rewrites_and_is_not_fresh(q: RedisQueue, r: redis.Redis, key
     (again,) = q.claim(1, max_wait_s=0)
     report = q.ack([finished(again, label="technical")], [])
     assert report.fresh == [] and report.redelivered == ["t1"] and report.dead == []
-    assert Result.from_json(r.hget(keys.results, "t1")).label == "technical"  # type: ignore[arg-type]
+    assert Result.from_json(r.hget(keys.results, "t1")).label == "technical"
 
 
 def test_a_different_payload_with_a_taken_id_is_dead(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
@@ -92,8 +85,8 @@ def test_a_different_payload_with_a_taken_id_is_dead(q: RedisQueue, r: redis.Red
     claimed = q.claim(2, max_wait_s=0)
     report = q.ack([finished(p) for p in claimed], [])
     assert report.written == ["t1"] and [d.reason for d in report.dead] == ["duplicate id"]
-    assert Result.from_json(r.hget(keys.results, "t1")).digest == payload_digest(first)  # type: ignore[arg-type]
-    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).id == "t1"  # type: ignore[arg-type]
+    assert Result.from_json(r.hget(keys.results, "t1")).digest == payload_digest(first)
+    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).id == "t1"
     assert r.llen(keys.inflight("w1")) == 0
 
 
@@ -117,14 +110,14 @@ def test_ack_retries_when_the_results_hash_changes_under_it(
     calls = 0
     original = q._plan
 
-    def racing_plan(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def racing_plan(*args, **kwargs):
         nonlocal calls
         calls += 1
         if calls == 1:  # another worker writes the same id between WATCH and EXEC
             r.hset(keys.results, "t1", finished(payload(1, "other")).result.to_json())
         return original(*args, **kwargs)
 
-    q._plan = racing_plan  # type: ignore[method-assign]
+    q._plan = racing_plan
     report = q.ack([finished(raw)], [])
     assert calls == 2 and report.written == [] and [d.reason for d in report.dead] == ["duplicate id"]
 
@@ -167,7 +160,7 @@ def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys)
         r.delete(keys.heartbeat(f"victim{n}"))  # it died holding the payload
         (rec,) = RedisQueue(r, keys, "w1", max_attempts=3).recover()
         assert (rec.requeued, rec.dead) == ((1, 0) if n < 3 else (0, 1))
-    letter = DeadLetter.from_json(r.lindex(keys.dead, 0))  # type: ignore[arg-type]
+    letter = DeadLetter.from_json(r.lindex(keys.dead, 0))
     assert letter.reason == "poison: killed 3 workers" and letter.id == "tp" and letter.payload == poison
     assert r.llen(keys.tickets) == 0 and r.hlen(keys.attempts) == 0
 

@@ -1,0 +1,134 @@
+"""Routes on a real Redis with a real RQ worker (SimpleWorker, in-process, burst mode)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+import routing_handlers
+from rq import Queue, SimpleWorker
+from rq.registry import FailedJobRegistry
+from rq.serializers import JSONSerializer
+from structlog.testing import capture_logs
+from support import FakeClassifier, finished
+
+from producer.protocol import Keys, Result, payload_digest
+from worker.queue import RedisQueue, connect
+from worker.routing import Router, job_id
+from worker.service import Service
+from worker.settings import Settings
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def rq_queue(r: redis.Redis) -> Iterator[str]:
+    """A unique RQ queue name; every rq:* key that names it or one of its jobs is removed afterwards."""
+    name = f"tq-test-{uuid.uuid4().hex[:12]}"
+    routing_handlers.CALLS.clear()
+    yield name
+    jobs = Queue(name, connection=r, serializer=JSONSerializer).get_job_ids()
+    jobs += FailedJobRegistry(name, connection=r, serializer=JSONSerializer).get_job_ids()
+    for pattern in [f"rq:*{name}*", *(f"rq:*{j}*" for j in jobs)]:
+        stale = list(r.scan_iter(match=pattern, count=1000))
+        if stale:
+            r.delete(*stale)
+
+
+def payloads(tag: str) -> list[bytes]:
+    texts = ["billing: refund", "technical: crash", "billing: invoice", "account: locked"]
+    return [
+        json.dumps({"id": f"{tag}-{i}", "text": t, "customer": "acme"}).encode() for i, t in enumerate(texts)
+    ]
+
+
+def drain(redis_url: str, keys: Keys, router: Router) -> None:
+    settings = Settings(redis_url=redis_url, prefix=keys.prefix, worker_id="w1", burst=True)
+    service = Service(settings, RedisQueue(connect(redis_url), keys, "w1"), FakeClassifier(), hook=router)
+    with capture_logs():
+        assert service.run() == 0
+
+
+def run_rq(r: redis.Redis, name: str) -> None:
+    queue = Queue(name, connection=r, serializer=JSONSerializer)
+    SimpleWorker([queue], connection=r, serializer=JSONSerializer).work(burst=True)
+
+
+def test_routed_tickets_reach_the_handler_exactly_once(
+    redis_url: str, r: redis.Redis, keys: Keys, rq_queue: str
+) -> None:
+    raws = payloads(keys.prefix)
+    r.lpush(keys.tickets, *raws)
+    router = Router(r, {"billing": rq_queue}, "routing_handlers.record")
+    drain(redis_url, keys, router)
+    queue = Queue(rq_queue, connection=r, serializer=JSONSerializer)
+    expected = {job_id(f"{keys.prefix}-{i}", payload_digest(raws[i])) for i in (0, 2)}
+    assert set(queue.get_job_ids()) == expected
+    run_rq(r, rq_queue)
+    calls = sorted(routing_handlers.CALLS, key=lambda c: c[0]["id"])
+    assert [(t["id"], t["text"], t["fields"]) for t, _ in calls] == [
+        (f"{keys.prefix}-0", "billing: refund", {"customer": "acme"}),
+        (f"{keys.prefix}-2", "billing: invoice", {"customer": "acme"}),
+    ]
+    stored = Result.from_json(r.hget(keys.results, f"{keys.prefix}-0"))  # type: ignore[arg-type]
+    assert calls[0][1] == json.loads(stored.to_json())
+
+
+def test_a_redelivery_makes_no_second_job(redis_url: str, r: redis.Redis, keys: Keys, rq_queue: str) -> None:
+    raws = payloads(keys.prefix)
+    router = Router(r, {"billing": rq_queue}, "routing_handlers.record")
+    r.lpush(keys.tickets, *raws)
+    drain(redis_url, keys, router)
+    run_rq(r, rq_queue)
+    r.lpush(keys.tickets, *raws)  # every payload again, byte for byte
+    drain(redis_url, keys, router)
+    assert Queue(rq_queue, connection=r, serializer=JSONSerializer).count == 0
+    run_rq(r, rq_queue)
+    assert len(routing_handlers.CALLS) == 2
+
+
+def test_unrouted_labels_enqueue_nothing(redis_url: str, r: redis.Redis, keys: Keys, rq_queue: str) -> None:
+    r.lpush(keys.tickets, *payloads(keys.prefix))
+    drain(redis_url, keys, Router(r, {"nothing-is-labelled-this": rq_queue}, "routing_handlers.record"))
+    assert r.hlen(keys.results) == 4
+    assert Queue(rq_queue, connection=r, serializer=JSONSerializer).count == 0
+
+
+def test_a_failing_handler_lands_in_rq_failed_registry_and_leaves_results_alone(
+    redis_url: str, r: redis.Redis, keys: Keys, rq_queue: str
+) -> None:
+    r.lpush(keys.tickets, *payloads(keys.prefix))
+    drain(redis_url, keys, Router(r, {"technical": rq_queue}, "routing_handlers.fail"))
+    before = r.hgetall(keys.results)
+    run_rq(r, rq_queue)
+    failed = FailedJobRegistry(rq_queue, connection=r, serializer=JSONSerializer)
+    assert failed.count == 1
+    assert r.hgetall(keys.results) == before and len(before) == 4 and r.llen(keys.dead) == 0
+
+
+def test_jobs_are_part_of_the_ack_transaction(r: redis.Redis, keys: Keys, rq_queue: str) -> None:
+    """When the ack's EXEC is aborted (another worker wrote the id first), its job goes too."""
+    raw = payloads(keys.prefix)[0]
+    r.lpush(keys.tickets, raw)
+    q = RedisQueue(r, keys, "w1")
+    (claimed,) = q.claim(1, max_wait_s=0)
+    original = q._plan
+
+    def racing_plan(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not r.hexists(keys.results, f"{keys.prefix}-0"):
+            other = json.dumps({"id": f"{keys.prefix}-0", "text": "billing: other"}).encode()
+            r.hset(keys.results, f"{keys.prefix}-0", finished(other).result.to_json())
+        return original(*args, **kwargs)
+
+    q._plan = racing_plan  # type: ignore[method-assign]
+    report = q.ack([finished(claimed)], [], Router(r, {"billing": rq_queue}, "routing_handlers.record"))
+    assert report.fresh == [] and [d.reason for d in report.dead] == ["duplicate id"]
+    assert Queue(rq_queue, connection=r, serializer=JSONSerializer).count == 0
+
+
+def test_routes_without_a_handler_are_refused(r: redis.Redis) -> None:
+    with pytest.raises(ValueError, match="handler"):
+        Router(r, {"billing": "q"}, "")
