@@ -119,3 +119,9 @@ def test_run_is_the_default_command_and_the_engine_is_not_imported_for_it() -> N
         [sys.executable, "-m", "worker", "run", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert "--burst" in run_help and "TICKETQ_REDIS_URL" in run_help
+
+
+def test_routes_without_a_handler_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "fake:a,b", "--route", "a=q", "--burst", "--log-format", "json"]
+    assert cli.main(argv) == 2
+    structlog.reset_defaults()

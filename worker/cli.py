@@ -66,7 +66,11 @@ def run_service(args: argparse.Namespace) -> int:
     except Exception as exc:  # one clear log line and exit 1, not a traceback
         log.error("engine_load_failed", model=settings.model, error=f"{type(exc).__name__}: {exc}")
         return 1
-    service = build_service(settings, classifier, routes, handler)
+    try:
+        service = build_service(settings, classifier, routes, handler)
+    except ValueError as exc:  # e.g. routes without a handler
+        log.error("bad_routes", error=str(exc))
+        return 2
     service.install_signals()
     return int(service.run())
 
