@@ -43,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ticketq-producer", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ticketq-producer", description="Feed tickets to ticketq and read what it made of them."
+    )
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),

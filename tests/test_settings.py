@@ -125,3 +125,15 @@ def test_routes_without_a_handler_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     argv = ["--model", "fake:a,b", "--route", "a=q", "--burst", "--log-format", "json"]
     assert cli.main(argv) == 2
     structlog.reset_defaults()
+
+
+def test_other_commands_dispatch_to_their_module_and_missing_ones_are_skipped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "_COMMANDS", {"bench": "cli_command_stub", "eval": "no_such_module_here"})
+    assert cli.main(["bench", "--answer", "7"]) == 7
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    helptext = capsys.readouterr().out
+    commands = [line.split()[0] for line in helptext.splitlines() if line.startswith("    ")]
+    assert commands == ["run", "bench"]

@@ -34,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     available = {name: mod for name, mod in _COMMANDS.items() if _exists(mod)}
     if not args_in or args_in[0] not in {"run", *available, "-h", "--help"}:
         args_in.insert(0, "run")
-    parser = argparse.ArgumentParser(prog="ticketq-worker", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ticketq-worker", description="Classify support tickets from Redis with a small language model."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = sub.add_parser("run", help="classify tickets from Redis until stopped (the default)")
     settings_mod.add_arguments(run)
