@@ -24,7 +24,7 @@ class EngineConfig:
     max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
     max_ticket_tokens: int = 512  # longer tickets keep their first tokens
     pack: bool = True  # several tickets per row (block-diagonal mask) instead of one padded row each
-    min_row_len: int = 64  # packing: rows at least this wide, so short tickets share them
+    max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
 
 
 class Engine:
@@ -95,7 +95,7 @@ class Engine:
             max_items=cfg.batch_size,
             max_tokens=cfg.max_batch_tokens,
             mode=PACK if cfg.pack else "pad",
-            min_row_len=cfg.min_row_len,
+            max_row_len=cfg.max_row_len,
         )
         out = torch.empty(len(texts), len(self.task.labels))
         stats = []
@@ -105,7 +105,9 @@ class Engine:
             order = torch.tensor([i for row in plan.rows for i in row], dtype=torch.long)
             out[order] = scores.cpu()
             seconds = time.perf_counter() - start
-            stats.append(BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds))
+            stats.append(
+                BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
+            )
         return out, stats
 
     def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
@@ -123,8 +125,8 @@ def predictions(labels: Sequence[str], logp: torch.Tensor) -> list[Prediction]:
     return [
         Prediction(
             label=labels[b],
-            scores={lab: round(p, 6) for lab, p in zip(labels, ps)},
-            logprobs={lab: round(v, 6) for lab, v in zip(labels, ls)},
+            scores={lab: round(p, 6) for lab, p in zip(labels, ps, strict=False)},
+            logprobs={lab: round(v, 6) for lab, v in zip(labels, ls, strict=False)},
         )
-        for b, ps, ls in zip(best, rows_p, rows_l)
+        for b, ps, ls in zip(best, rows_p, rows_l, strict=False)
     ]

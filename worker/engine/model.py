@@ -78,15 +78,14 @@ def converted_gguf(gguf: Path) -> Path:
     # Key on the content, but hash only when size/mtime changed: hashing 100 MB costs ~0.2 s each start.
     stat = gguf.stat()
     stamp = cache_root() / "models" / "index" / f"{gguf.name}-{stat.st_size}-{int(stat.st_mtime)}"
-    if stamp.exists():
-        digest = stamp.read_text().strip()
-    else:
-        digest = _sha256(gguf)
+    digest = stamp.read_text().strip() if stamp.exists() else _sha256(gguf)
     target = cache_root() / "models" / digest[:24]
     if not (target / "config.json").exists():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model.hf_quantizer = None  # save_pretrained refuses a GGUF-loaded model otherwise
         model.config.quantization_config = None
@@ -123,8 +122,14 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -158,7 +163,9 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
     source, name = resolve_source(spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, attn_implementation="sdpa")
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, attn_implementation="sdpa"
+        )
     except OSError as exc:
         raise ModelError(f"cannot load model {spec!r}: {exc}") from None
     model.to(dev).eval()
@@ -167,7 +174,7 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
 
 
 def main() -> None:
-    """``python -m worker.engine.model --warm``: convert and cache the embedded model (e.g. in a Docker build)."""
+    """``python -m worker.engine.model --warm``: convert and cache the embedded model (Docker builds)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__)

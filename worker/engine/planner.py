@@ -3,8 +3,9 @@
 Each forward pass is a matrix of ``rows x row_len`` tokens. In ``pad`` mode each row holds one
 ticket: tickets are sorted by length so a pass pads only to its own longest ticket. In ``pack`` mode
 several tickets share a row (first-fit decreasing), separated by a block-diagonal attention mask, so
-almost no padding is computed. Both respect a maximum item count and a token budget
-(``rows x row_len``), so one very long ticket never drags a huge batch along.
+almost no padding is computed; rows stay at most ``max_row_len`` wide (unless one ticket is longer),
+because attention inside a packed row costs more as the row grows. Both respect a maximum item
+count and a token budget (``rows x row_len``), so one very long ticket never drags a huge batch along.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def plan_batches(
     max_items: int = 32,
     max_tokens: int = 8192,
     mode: str = PACK,
-    min_row_len: int = 64,
+    max_row_len: int = 128,
 ) -> list[Plan]:
     """Group items (given by token length) into forward passes.
 
@@ -54,13 +55,12 @@ def plan_batches(
     if mode not in (PAD, PACK):
         raise ValueError(f"unknown mode {mode!r}")
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if mode == PACK:
+        return _packed(lengths, order, max_items, max_tokens, max_row_len)
     plans: list[Plan] = []
     pos = 0
     while pos < len(order):
-        if mode == PAD:
-            plan, pos = _next_padded(order, pos, lengths, max_items, max_tokens)
-        else:
-            plan, pos = _next_packed(order, pos, lengths, max_items, max_tokens, min_row_len)
+        plan, pos = _next_padded(order, pos, lengths, max_items, max_tokens)
         plans.append(plan)
     return plans
 
@@ -74,31 +74,46 @@ def _next_padded(
     return Plan(tuple((i,) for i in chosen), row_len, sum(lengths[i] for i in chosen)), pos + take
 
 
-def _next_packed(
-    order: list[int], pos: int, lengths: Sequence[int], max_items: int, max_tokens: int, min_row_len: int
-) -> tuple[Plan, int]:
-    longest = lengths[order[pos]]
-    row_len = max(longest, min(min_row_len, max_tokens))
-    max_rows = max(1, max_tokens // row_len)
-    rows: list[list[int]] = []
+def _packed(
+    lengths: Sequence[int], order: list[int], max_items: int, max_tokens: int, row: int
+) -> list[Plan]:
+    """First-fit decreasing over the whole drain, then rows grouped into passes.
+
+    A row opened by an item gets a capacity of ``row`` tokens, or the next multiple of ``row`` for
+    a longer item, and the short items that come last fill the gaps that long ones leave. Rows of
+    one capacity are then grouped into passes, so a pass is as wide as its rows are full.
+    """
+    caps: list[int] = []
     free: list[int] = []
-    taken = 0
-    while pos < len(order) and taken < max_items:
-        i = order[pos]
+    members: list[list[int]] = []
+    for i in order:
         n = lengths[i]
-        for r, room in enumerate(free):  # first fit: items come longest first
-            if n <= room:
-                rows[r].append(i)
+        for r in range(len(free)):
+            if n <= free[r] and len(members[r]) < max_items:
                 free[r] -= n
+                members[r].append(i)
                 break
         else:
-            if len(rows) == max_rows:
-                break
-            rows.append([i])
-            free.append(row_len - n)
-        taken += 1
-        pos += 1
-    # Trim the shared width to the fullest row: nothing beyond it is ever computed.
-    width = max(row_len - room for room in free)
-    real = sum(lengths[i] for row in rows for i in row)
-    return Plan(tuple(tuple(r) for r in rows), width, real), pos
+            cap = max(1, -(-n // row)) * row
+            if cap > max_tokens:  # an item over the budget gets a pass of its own, exactly its width
+                cap = n
+            caps.append(cap)
+            free.append(cap - n)
+            members.append([i])
+    plans: list[Plan] = []
+    by_cap = sorted(range(len(caps)), key=lambda r: (-caps[r], free[r]))
+    batch: list[int] = []
+    for r in [*by_cap, -1]:
+        if batch and (
+            r < 0
+            or caps[r] != caps[batch[0]]
+            or sum(len(members[b]) for b in batch) + len(members[r]) > max_items
+            or (len(batch) + 1) * caps[r] > max_tokens
+        ):
+            width = max(caps[b] - free[b] for b in batch)
+            real = sum(caps[b] - free[b] for b in batch)
+            plans.append(Plan(tuple(tuple(members[b]) for b in batch), width, real))
+            batch = []
+        if r >= 0:
+            batch.append(r)
+    return plans

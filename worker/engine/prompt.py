@@ -48,7 +48,9 @@ def render(tokenizer: Any, task: Task, ticket: str) -> str:
 
 
 def _encode(tokenizer: Any, text: str, *, split_special: bool = False) -> list[int]:
-    ids: list[int] = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)["input_ids"]
+    ids: list[int] = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)[
+        "input_ids"
+    ]
     return ids
 
 
@@ -78,13 +80,17 @@ class Prompt:
             raise PromptSplitError("the chat template adds nothing after an answer; labels could not end")
         label_ids = tuple((*_encode(tokenizer, label), end_ids[0]) for label in task.labels)
         if len(set(label_ids)) != len(label_ids):
-            dupes = [lab for lab, ids in zip(task.labels, label_ids) if label_ids.count(ids) > 1]
+            dupes = [
+                lab for lab, ids in zip(task.labels, label_ids, strict=False) if label_ids.count(ids) > 1
+            ]
             raise TaskError(f"labels {dupes} tokenize identically and cannot be told apart")
         prefix_ids = tuple(_encode(tokenizer, prefix_text))
         after_ids = tuple(_encode(tokenizer, after_text))
         room = context - len(prefix_ids) - len(after_ids) - max(len(ids) for ids in label_ids)
         if room < 16:
-            raise PromptSplitError(f"the prompt leaves {room} tokens of a {context}-token context for the ticket")
+            raise PromptSplitError(
+                f"the prompt leaves {room} tokens of a {context}-token context for the ticket"
+            )
         return cls(
             prefix_text=prefix_text,
             after_text=after_text,
@@ -106,7 +112,7 @@ class Prompt:
 
         ``texts`` must not contain special-token markup (which the whole-string tokenizer would parse)."""
         encoded = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        for text, ids in zip(texts, encoded):
+        for text, ids in zip(texts, encoded, strict=False):
             whole = _encode(tokenizer, self.prefix_text + text + self.after_text)
             if whole != [*self.prefix_ids, *ids, *self.after_ids]:
                 raise PromptSplitError(

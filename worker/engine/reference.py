@@ -40,10 +40,11 @@ class ReferenceScorer:
         scores = []
         for label in self.prompt.label_ids:
             ids = torch.tensor([prompt_ids + list(label[:-1])], device=self.device)
-            logits = self.model(input_ids=ids).logits[0].float()  # (len, full vocabulary)
+            # Full-vocabulary logits, for the positions that predict the label's tokens.
+            logits = self.model(input_ids=ids, logits_to_keep=len(label)).logits[0].float()
             total = 0.0
             for step, token in enumerate(label):
-                row = logits[len(prompt_ids) - 1 + step]
+                row = logits[step]
                 logp = torch.log_softmax(row[vocab], dim=-1)
                 total += float(logp[self.vocab.index(token)])
             scores.append(total)

@@ -18,11 +18,10 @@ Three ideas, in the order the data meets them:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import inspect
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -88,14 +87,16 @@ class _PrefixLayer(DynamicLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
         self.keys, self.values = keys, values
+        self._prefix = (keys, values)
         self.device = keys.device
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         b = key_states.shape[0]
+        keys, values = self._prefix
         return (
-            torch.cat([self.keys.expand(b, -1, -1, -1), key_states], dim=-2),
-            torch.cat([self.values.expand(b, -1, -1, -1), value_states], dim=-2),
+            torch.cat([keys.expand(b, -1, -1, -1), key_states], dim=-2),
+            torch.cat([values.expand(b, -1, -1, -1), value_states], dim=-2),
         )
 
 

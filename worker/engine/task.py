@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
 

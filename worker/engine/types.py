@@ -24,7 +24,9 @@ class BatchStats:
 
     @property
     def padding_overhead(self) -> float:
-        return 0.0 if self.padded_tokens == 0 else (self.padded_tokens - self.real_tokens) / self.padded_tokens
+        return (
+            0.0 if self.padded_tokens == 0 else (self.padded_tokens - self.real_tokens) / self.padded_tokens
+        )
 
     @property
     def items_per_s(self) -> float:
