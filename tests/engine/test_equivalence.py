@@ -28,6 +28,9 @@ CONFIGS = {
     "padded": EngineConfig(batch_size=32, pack=False),
     "item-by-item": EngineConfig(batch_size=1),
     "tight-budget": EngineConfig(batch_size=64, max_batch_tokens=300, max_row_len=96),
+    "uncached-bucketed": EngineConfig(
+        batch_size=32, pack=False, cache_prefix=False, max_batch_tokens=1 << 16
+    ),
 }
 
 

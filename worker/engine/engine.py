@@ -24,6 +24,7 @@ class EngineConfig:
     max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
     max_ticket_tokens: int = 512  # longer tickets keep their first tokens
     pack: bool = True  # several tickets per row (block-diagonal mask) instead of one padded row each
+    cache_prefix: bool = True  # run the shared prompt once (False: every ticket carries it; baselines only)
     max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
 
 
@@ -41,7 +42,8 @@ class Engine:
         # Prove the prefix/suffix split on the task's own texts before trusting the cache with them.
         self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
         pad = self.tokenizer.pad_token_id
-        self.scorer = Scorer(loaded.model, self.prompt.prefix_ids, self.prompt.label_ids, pad or 0)
+        shared = self.prompt.prefix_ids if self.config.cache_prefix else ()
+        self.scorer = Scorer(loaded.model, shared, self.prompt.label_ids, pad or 0)
 
     @classmethod
     def load(
@@ -83,7 +85,11 @@ class Engine:
         }
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.prompt.ticket_ids(self.tokenizer, texts)
+        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        if self.config.cache_prefix:
+            return suffixes
+        prefix = list(self.prompt.prefix_ids)
+        return [prefix + s for s in suffixes]
 
     def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
         """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""

@@ -126,10 +126,14 @@ class Scorer:
         # transformers 5.x renamed ``past_key_values`` to ``cache``; speak whichever this version knows.
         params = inspect.signature(self.body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        with torch.inference_mode():
-            out = self.body(input_ids=torch.tensor([list(prefix_ids)], device=self.device), use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
-        self.prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+        self.prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if self.prefix_len:  # no prefix: every ticket carries its whole prompt (the uncached baselines)
+            with torch.inference_mode():
+                out = self.body(
+                    input_ids=torch.tensor([list(prefix_ids)], device=self.device), use_cache=True
+                )
+            cache = getattr(out, "cache", None) or out.past_key_values
+            self.prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
         self._anc = self.tree.ancestors.to(self.device)
         self._node_tokens = torch.tensor(self.tree.node_tokens, dtype=torch.long)
         self._node_depth = torch.tensor(self.tree.node_depth, dtype=torch.long)
@@ -146,8 +150,8 @@ class Scorer:
             input_ids=ids,
             position_ids=pos,
             attention_mask=mask,
-            use_cache=True,
-            **{self._cache_kw: PrefixCache(self.prefix_kv)},
+            use_cache=bool(self.prefix_kv),
+            **({self._cache_kw: PrefixCache(self.prefix_kv)} if self.prefix_kv else {}),
         )
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         states = hidden.index_select(0, query.reshape(-1))  # (N*Q, d): only the states we need
