@@ -112,6 +112,7 @@ class RedisQueue:
         self._claim = client.register_script(CLAIM)
         self._recover = client.register_script(RECOVER)
         self._requeue = client.register_script(REQUEUE_OWN)
+        self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
 
     # -- claim ---------------------------------------------------------------------------------------
 
@@ -121,7 +122,20 @@ class RedisQueue:
 
         Blocks up to ``block_s`` for the first one; then keeps filling for up to ``max_wait_s`` so a
         trickle still makes a decent batch. Returns ``[]`` when nothing arrived in time.
+
+        A claim whose reply was lost (the connection dropped after the server moved the payloads) left
+        them in this worker's in-flight list, unseen; recovery never touches a live worker's list, so
+        the next claim hands them back first. Safe because a worker claims only when it holds nothing else.
         """
+        if self._claim_unsure:
+            self.requeue_own()
+            self._claim_unsure = False
+        self._claim_unsure = True
+        got = self._fill(n, block_s, max_wait_s)
+        self._claim_unsure = False
+        return got
+
+    def _fill(self, n: int, block_s: float, max_wait_s: float) -> list[bytes]:
         got, stopped = self._claim_now(n, 0)
         if not got:
             first = self._blmove(block_s)

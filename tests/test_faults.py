@@ -1,0 +1,64 @@
+"""Faults from outside: lost replies, bad inputs pushed with redis-cli, Redis down, killed and restarted,
+a password, an engine that raises. Each test ends by checking where every ticket went.
+
+Tests that stop or restart Redis get a throwaway redis-server of their own (free loopback port, AOF,
+files in a temporary directory, always stopped); the rest use the suite's shared server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from producer.protocol import Keys
+from worker.errors import TransientError
+from worker.queue import RedisQueue, connect
+
+pytestmark = pytest.mark.redis
+
+
+def tickets(n: int, start: int = 0) -> list[bytes]:
+    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
+    return [
+        json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}).encode()
+        for i in range(start, start + n)
+    ]
+
+
+# -- a lost reply --------------------------------------------------------------------------------------
+
+
+def _reply_lost(step: Callable[..., Any]) -> Callable[..., Any]:
+    """The command runs on the server, then the connection drops before its reply arrives."""
+
+    def lossy(*args: Any, **kwargs: Any) -> Any:
+        step(*args, **kwargs)
+        raise redis.ConnectionError("connection dropped before the reply")
+
+    return lossy
+
+
+@pytest.mark.parametrize("step", ["_claim", "_blmove"])
+def test_a_claim_whose_reply_was_lost_hands_its_payloads_back(
+    redis_url: str, r: redis.Redis, keys: Keys, step: str
+) -> None:
+    q = RedisQueue(connect(redis_url), keys, "w1")
+    if step == "_claim":
+        r.lpush(keys.tickets, *tickets(5))
+    real = getattr(q, step)
+    setattr(q, step, _reply_lost(real))
+    if step == "_blmove":
+        r.lpush(keys.tickets, *tickets(5))  # arrives while the claim blocks on an empty input
+        q._claim_now = lambda n, held: ([], False)  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        q.claim(3, block_s=0.2, max_wait_s=0)
+    assert r.llen(keys.inflight("w1")) > 0  # moved on the server; the worker never saw them
+    setattr(q, step, real)  # the connection is back; the service retries the claim
+    vars(q).pop("_claim_now", None)
+    got = q.claim(10, block_s=0.2, max_wait_s=0)
+    assert got == tickets(5)  # every payload, oldest first: none stranded in the in-flight list
+    assert r.llen(keys.inflight("w1")) == 5 and r.llen(keys.tickets) == 0
