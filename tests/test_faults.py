@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from support import wait_for
 
 from producer.protocol import Keys
 from worker.errors import TransientError
@@ -62,3 +63,24 @@ def test_a_claim_whose_reply_was_lost_hands_its_payloads_back(
     got = q.claim(10, block_s=0.2, max_wait_s=0)
     assert got == tickets(5)  # every payload, oldest first: none stranded in the in-flight list
     assert r.llen(keys.inflight("w1")) == 5 and r.llen(keys.tickets) == 0
+
+
+@pytest.mark.parametrize("path", ["script", "blocking"])
+def test_a_worker_taken_for_dead_while_alive_is_recovered_if_it_dies_later(
+    redis_url: str, r: redis.Redis, keys: Keys, path: str
+) -> None:
+    """A's heartbeat lapsed (Redis was away longer than the TTL) but A lives: B recovers A's list and
+    deregisters it. If A then claims and dies before its next beat, its claims must still be found."""
+    a = RedisQueue(connect(redis_url), keys, "A")
+    b = RedisQueue(connect(redis_url), keys, "B")
+    a.beat({}, ttl_s=0.1)
+    wait_for(lambda: not r.exists(keys.heartbeat("A")), what="A's heartbeat to lapse")
+    assert [rec.worker for rec in b.recover()] == ["A"]  # A looks dead: deregistered
+    r.lpush(keys.tickets, *tickets(3))
+    if path == "blocking":  # as if the input had been empty and the payload arrived during the block
+        a._claim_now = lambda n, held: ([], False)  # type: ignore[method-assign]
+    assert len(a.claim(3, block_s=0.2, max_wait_s=0)) >= 1  # A is alive after all, and claims
+    # A dies here, before its heartbeat thread beats again.
+    (rec,) = b.recover()
+    assert rec.worker == "A" and rec.requeued >= 1
+    assert r.llen(keys.tickets) == 3 and r.llen(keys.inflight("A")) == 0

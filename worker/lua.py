@@ -5,7 +5,11 @@ scripts run on Redis Cluster when the prefix carries a hash tag. They need Redis
 """
 
 CLAIM = """
--- KEYS: 1 tickets, 2 inflight, 3 attempts.  ARGV: 1 most to move, 2 payloads this claim already holds.
+-- KEYS: 1 tickets, 2 inflight, 3 attempts, 4 workers.
+-- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id.
+-- Register in the same step as the move: a peer may have taken this worker for dead (its heartbeat
+-- lapsed during an outage) and deregistered it; recovery only looks at registered workers.
+redis.call('SADD', KEYS[4], ARGV[3])
 local moved = {}
 local limit, held = tonumber(ARGV[1]), tonumber(ARGV[2])
 while #moved < limit do

@@ -160,15 +160,20 @@ class RedisQueue:
         return got
 
     def _claim_now(self, n: int, held: int) -> tuple[list[bytes], bool]:
-        keys = [self.keys.tickets, self.inflight, self.keys.attempts]
-        stopped, moved = self._claim(keys=keys, args=[n, held])
+        keys = [self.keys.tickets, self.inflight, self.keys.attempts, self.keys.workers]
+        stopped, moved = self._claim(keys=keys, args=[n, held, self.worker_id])
         return list(moved), bool(stopped)
 
     def _blmove(self, timeout_s: float) -> bytes | None:
         # Redis reads a timeout that rounds to 0 ms as "block forever": keep it at 10 ms or more.
         timeout: Any = max(timeout_s, 0.01)  # redis-py types it int; the server takes seconds as a float
         out = self.redis.blmove(self.keys.tickets, self.inflight, timeout, "RIGHT", "LEFT")
-        return out if isinstance(out, bytes) else None
+        if not isinstance(out, bytes):
+            return None
+        # The claim script registered this worker before the block; a peer that took it for dead while
+        # it blocked has deregistered it since. Register again, so recovery can find what it now holds.
+        self.redis.sadd(self.keys.workers, self.worker_id)
+        return out
 
     def _is_suspect(self, raw: bytes) -> bool:
         return bool(self.redis.hexists(self.keys.attempts, payload_digest(raw)))
