@@ -1,0 +1,151 @@
+"""A throwaway redis-server on a free loopback port, with its files in a directory of its own.
+
+AOF is on, so a restart keeps the data: :meth:`RedisServer.restart` is a plain ``SHUTDOWN`` (which
+fsyncs the AOF; ``SHUTDOWN NOSAVE`` would be wrong to rely on here) and a start on the same port and
+directory. :meth:`RedisServer.crash` is a SIGKILL; with ``fsync="always"`` every acknowledged write
+survives even that. Used by the chaos harness and by the fault tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+HOST = "127.0.0.1"  # loopback only: nothing here is meant to be reachable from elsewhere
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (the kernel's pick). Racy by nature; start() retries."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        port: int | None = None,
+        password: str | None = None,
+        fsync: str = "everysec",
+        binary: str = "redis-server",
+    ) -> None:
+        self.dir = root
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.password = password
+        self.fsync = fsync
+        self.binary = shutil.which(binary) or binary
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    # -- addresses -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{HOST}:{self.port}/0"
+
+    def client(self, name: str = "chaos-harness", timeout: float = 5.0) -> redis.Redis:
+        """A client that names itself, so the harness can tell its own connections from workers'."""
+        return redis.Redis(
+            host=HOST,
+            port=self.port,
+            password=self.password,
+            client_name=name,
+            socket_timeout=timeout,
+            socket_connect_timeout=min(timeout, 2.0),
+        )
+
+    # -- life cycle ----------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start (or start again) and wait until it answers PING. A first start retries other ports
+        when its port was taken meanwhile; a restart keeps the port, which clients hold."""
+        for attempt in range(5):
+            self.proc = subprocess.Popen(self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._wait_ready(timeout):
+                self.starts += 1
+                return
+            self._reap()
+            if self.starts or attempt == 4:
+                break
+            self.port = free_port()
+        raise RuntimeError(f"redis-server did not start on port {self.port}; see {self.dir / 'redis.log'}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SHUTDOWN: the AOF is flushed and fsynced before the process exits."""
+        if not self.running:
+            return
+        client = self.client("chaos-shutdown")
+        try:
+            client.shutdown()
+        except redis.RedisError:
+            pass  # already going away
+        finally:
+            client.close()
+        self._reap(timeout)
+
+    def crash(self) -> None:
+        """SIGKILL: only fsynced writes survive (all acknowledged ones with ``fsync="always"``)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        self._reap()
+
+    def restart(self, *, down_s: float = 0.0, hard: bool = False) -> None:
+        self.crash() if hard else self.stop()
+        time.sleep(down_s)
+        self.start()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.crash()
+
+    # -- internals -----------------------------------------------------------------------------------
+
+    def _argv(self) -> list[str]:
+        argv = [self.binary, "--port", str(self.port), "--bind", HOST, "--dir", str(self.dir)]
+        argv += ["--daemonize", "no", "--logfile", "redis.log", "--save", ""]
+        argv += ["--appendonly", "yes", "--appendfsync", self.fsync]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        return argv
+
+    def _wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        client = self.client("chaos-probe", timeout=0.5)
+        try:
+            while time.monotonic() < deadline and self.running:
+                with contextlib.suppress(redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    if client.ping():
+                        return True
+                time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def _reap(self, timeout: float = 10.0) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
