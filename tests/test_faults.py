@@ -84,3 +84,21 @@ def test_a_worker_taken_for_dead_while_alive_is_recovered_if_it_dies_later(
     (rec,) = b.recover()
     assert rec.worker == "A" and rec.requeued >= 1
     assert r.llen(keys.tickets) == 3 and r.llen(keys.inflight("A")) == 0
+
+
+def test_a_claim_stops_at_its_byte_budget_whatever_producers_push(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Oversized payloads are refused, but only after they are read: the claim bounds how many at once."""
+    q = RedisQueue(connect(redis_url), keys, "w1", max_claim_bytes=1_000_000)
+    r.lpush(keys.tickets, *[b"x" * 300_000 + b"%d" % i for i in range(10)])
+    sizes = []
+    while r.llen(keys.tickets):
+        got = q.claim(256, block_s=0.1, max_wait_s=0)
+        assert sum(map(len, got)) <= 1_000_000
+        sizes.append(len(got))
+        r.delete(keys.inflight("w1"))
+    assert sizes == [3, 3, 3, 1]
+    r.lpush(keys.tickets, b"y" * 2_000_000, b"small")
+    assert q.claim(256, block_s=0.1, max_wait_s=0) == [b"y" * 2_000_000]  # over the budget: alone
+    assert q.claim(256, block_s=0.1, max_wait_s=0) == [b"small"]

@@ -6,12 +6,13 @@ scripts run on Redis Cluster when the prefix carries a hash tag. They need Redis
 
 CLAIM = """
 -- KEYS: 1 tickets, 2 inflight, 3 attempts, 4 workers.
--- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id.
+-- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id, 4 byte budget, 5 bytes held.
 -- Register in the same step as the move: a peer may have taken this worker for dead (its heartbeat
 -- lapsed during an outage) and deregistered it; recovery only looks at registered workers.
 redis.call('SADD', KEYS[4], ARGV[3])
 local moved = {}
 local limit, held = tonumber(ARGV[1]), tonumber(ARGV[2])
+local budget, bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
 while #moved < limit do
   local p = redis.call('LINDEX', KEYS[1], -1)
   if not p then return {0, moved} end
@@ -23,8 +24,12 @@ while #moved < limit do
     end
     return {1, moved}
   end
+  -- the byte budget bounds a worker's memory whatever producers push: a payload that would overflow
+  -- it waits for the next claim (one larger than the whole budget is claimed alone)
+  if bytes + #p > budget and (#moved > 0 or held > 0) then return {1, moved} end
   redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   moved[#moved + 1] = p
+  bytes = bytes + #p
 end
 return {0, moved}
 """

@@ -29,7 +29,16 @@ from redis.backoff import NoBackoff
 from redis.client import Pipeline
 from redis.retry import Retry
 
-from producer.protocol import DeadLetter, Event, Keys, Result, Ticket, payload_digest, peek_id
+from producer.protocol import (
+    MAX_PAYLOAD_BYTES,
+    DeadLetter,
+    Event,
+    Keys,
+    Result,
+    Ticket,
+    payload_digest,
+    peek_id,
+)
 from worker.errors import TransientError
 from worker.lua import CLAIM, RECOVER, REQUEUE_OWN
 
@@ -37,6 +46,10 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 _WATCH_RETRIES = 64
+# Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while
+# producers pushing huge payloads (refused, but read first) cannot make a worker hold more than this plus
+# one payload. Redis's proto-max-bulk-len bounds that one (see docs/threat-model.md).
+CLAIM_BYTES = 256 * MAX_PAYLOAD_BYTES
 
 
 def connect(url: str, *, socket_timeout: float = 10.0) -> redis.Redis:
@@ -103,11 +116,20 @@ class Recovery:
 class RedisQueue:
     """One worker's view of the queue. Not thread-safe: the heartbeat thread gets its own instance."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, worker_id: str, *, max_attempts: int = 3) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        worker_id: str,
+        *,
+        max_attempts: int = 3,
+        max_claim_bytes: int = CLAIM_BYTES,
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.worker_id = worker_id
         self.max_attempts = max_attempts
+        self.max_claim_bytes = max_claim_bytes
         self.inflight = keys.inflight(worker_id)
         self._claim = client.register_script(CLAIM)
         self._recover = client.register_script(RECOVER)
@@ -121,7 +143,8 @@ class RedisQueue:
         """Move up to ``n`` payloads, oldest first, into this worker's in-flight list.
 
         Blocks up to ``block_s`` for the first one; then keeps filling for up to ``max_wait_s`` so a
-        trickle still makes a decent batch. Returns ``[]`` when nothing arrived in time.
+        trickle still makes a decent batch. Returns ``[]`` when nothing arrived in time. Stops early at
+        ``max_claim_bytes`` (give or take one payload), so memory stays bounded whatever was pushed.
 
         A claim whose reply was lost (the connection dropped after the server moved the payloads) left
         them in this worker's in-flight list, unseen; recovery never touches a live worker's list, so
@@ -136,16 +159,16 @@ class RedisQueue:
         return got
 
     def _fill(self, n: int, block_s: float, max_wait_s: float) -> list[bytes]:
-        got, stopped = self._claim_now(n, 0)
+        got, stopped = self._claim_now(n, [])
         if not got:
             first = self._blmove(block_s)
             if first is None:
                 return []
             got = [first]
-            stopped = self._is_suspect(first)
+            stopped = self._is_suspect(first) or len(first) >= self.max_claim_bytes
         deadline = time.monotonic() + max_wait_s
         while not stopped and len(got) < n:
-            more, stopped = self._claim_now(n - len(got), len(got))
+            more, stopped = self._claim_now(n - len(got), got)
             got += more
             left = deadline - time.monotonic()
             if stopped or len(got) >= n or left < 0.005:
@@ -157,11 +180,14 @@ class RedisQueue:
                 self.redis.lmove(self.inflight, self.keys.tickets, "LEFT", "RIGHT")
                 break
             got.append(nxt)
+            if sum(map(len, got)) >= self.max_claim_bytes:
+                break
         return got
 
-    def _claim_now(self, n: int, held: int) -> tuple[list[bytes], bool]:
+    def _claim_now(self, n: int, held: Sequence[bytes]) -> tuple[list[bytes], bool]:
         keys = [self.keys.tickets, self.inflight, self.keys.attempts, self.keys.workers]
-        stopped, moved = self._claim(keys=keys, args=[n, held, self.worker_id])
+        args: list[int | str] = [n, len(held), self.worker_id, self.max_claim_bytes, sum(map(len, held))]
+        stopped, moved = self._claim(keys=keys, args=args)
         return list(moved), bool(stopped)
 
     def _blmove(self, timeout_s: float) -> bytes | None:
