@@ -7,7 +7,7 @@ import pytest
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
 from worker.engine.prompt import Prompt, PromptSplitError
-from worker.engine.task import Task, TaskError, load_task
+from worker.engine.task import Example, Task, TaskError, load_task
 from worker.synthetic import generate
 
 from .texts import varied_texts
@@ -31,9 +31,15 @@ def test_a_template_that_merges_across_the_boundary_fails_loudly(tiny: LoadedMod
         "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}ing\n{% endfor %}"
         "{% if add_generation_prompt %}assistant:{% endif %}"
     )
+    task = Task(
+        name="t",
+        labels=("billing", "account"),
+        instructions="Sort it.",
+        examples=(Example("they keep charg", "billing"), Example("I cannot log", "account")),
+    )
     try:
         with pytest.raises(PromptSplitError):
-            Engine(tiny, load_task())
+            Engine(tiny, task)
     finally:
         tok.chat_template = original
 

@@ -14,7 +14,7 @@ from .model import EMBEDDED, LoadedModel, load_model
 from .planner import PACK, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
-from .task import Task, load_task
+from .task import CONTENT_FREE, Task, load_task
 from .types import BatchStats, Prediction
 
 
@@ -44,6 +44,9 @@ class Engine:
         pad = self.tokenizer.pad_token_id
         shared = self.prompt.prefix_ids if self.config.cache_prefix else ()
         self.scorer = Scorer(loaded.model, shared, self.prompt.label_ids, pad or 0)
+        self.prior: torch.Tensor | None = None
+        if task.calibrate:
+            self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
 
     @classmethod
     def load(
@@ -82,6 +85,7 @@ class Engine:
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
             "pack": self.config.pack,
+            "calibrated": self.prior is not None,
         }
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
@@ -120,13 +124,19 @@ class Engine:
         if not texts:
             return [], []
         logp, stats = self.logprobs(texts)
-        return predictions(self.task.labels, logp), stats
+        return predictions(self.task.labels, logp, self.prior), stats
 
 
-def predictions(labels: Sequence[str], logp: torch.Tensor) -> list[Prediction]:
-    """Turn (tickets, labels) log-probabilities into labels and normalized scores."""
-    probs = torch.softmax(logp, dim=-1)
-    best = logp.argmax(dim=-1).tolist()
+def predictions(
+    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None
+) -> list[Prediction]:
+    """Turn (tickets, labels) log-probabilities into labels and normalized scores.
+
+    With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
+    """
+    decided = logp if prior is None else logp - prior
+    probs = torch.softmax(decided, dim=-1)
+    best = decided.argmax(dim=-1).tolist()
     rows_p, rows_l = probs.tolist(), logp.tolist()
     return [
         Prediction(

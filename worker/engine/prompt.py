@@ -33,10 +33,15 @@ def build_messages(task: Task, ticket: str) -> list[dict[str, str]]:
     system = f"{task.instructions}\nCategories: {labels}." if task.instructions else f"Categories: {labels}."
     messages = [{"role": "system", "content": system}]
     for ex in task.examples:
-        messages.append({"role": "user", "content": ex.text})
+        messages.append({"role": "user", "content": _ask(task, ex.text)})
         messages.append({"role": "assistant", "content": ex.label})
-    messages.append({"role": "user", "content": ticket})
+    messages.append({"role": "user", "content": _ask(task, ticket)})
     return messages
+
+
+def _ask(task: Task, ticket: str) -> str:
+    # A newline before the ticket keeps its first token from merging with the question's last one.
+    return f"{task.question}\n{ticket}" if task.question else ticket
 
 
 def render(tokenizer: Any, task: Task, ticket: str) -> str:

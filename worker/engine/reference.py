@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from .prompt import Prompt, render
-from .task import Task
+from .task import CONTENT_FREE, Task
 
 
 class ReferenceScorer:
@@ -52,3 +52,9 @@ class ReferenceScorer:
 
     def score(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.score_one(t) for t in texts]
+
+    def prior(self) -> torch.Tensor | None:
+        """The task's calibration prior, computed the plain way (see ``task.CONTENT_FREE``)."""
+        if not self.task.calibrate:
+            return None
+        return torch.tensor(self.score(list(CONTENT_FREE))).mean(0)

@@ -10,6 +10,11 @@ import tomllib
 
 DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
 
+# Contextual calibration (Zhao et al., 2021, "Calibrate Before Use"): a small model prefers some
+# labels whatever the ticket says. Scoring these content-free tickets measures that bias once per
+# task; it is subtracted from every ticket's label scores before the decision.
+CONTENT_FREE = ("N/A", "[empty]", "...")
+
 
 class TaskError(ValueError):
     """A task file that cannot be used, with the reason."""
@@ -27,6 +32,8 @@ class Task:
     labels: tuple[str, ...]
     instructions: str
     examples: tuple[Example, ...] = ()
+    question: str = ""  # put before every ticket (and example) in the user's turn
+    calibrate: bool = True  # subtract the labels' scores for content-free tickets (see CONTENT_FREE)
     routes: dict[str, str] = field(default_factory=dict)  # label -> RQ queue name
     route_handler: str | None = None  # dotted path RQ workers call for routed tickets
 
@@ -55,6 +62,8 @@ class Task:
                 labels=tuple(data["labels"]),
                 instructions=str(data.get("instructions", "")).strip(),
                 examples=tuple(Example(text=e["text"], label=e["label"]) for e in data.get("examples", [])),
+                question=str(data.get("question", "")).strip(),
+                calibrate=bool(data.get("calibrate", True)),
                 routes=dict(data.get("routes", {})),
                 route_handler=data.get("route_handler"),
             )
@@ -68,6 +77,8 @@ class Task:
             labels=self.labels,
             instructions=self.instructions,
             examples=self.examples,
+            question=self.question,
+            calibrate=self.calibrate,
             routes={**self.routes, **routes},
             route_handler=handler or self.route_handler,
         )

@@ -1,0 +1,121 @@
+"""Check the fast path against the plain item-by-item reference on the same tickets.
+
+Runs :class:`worker.engine.reference.ReferenceScorer` (whole prompt, no cache, no batching, full
+vocabulary) and the engine (prefix cache, packing, label tree, label rows only) on the same tickets,
+then prints the agreement, the largest log-probability difference and every ticket whose label
+differs, with the reference's top-two margin. Exit status 1 if any label differs in float32, where
+the two must agree exactly; in bfloat16 near-ties may flip, and the report says how close they were.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_N = 100
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tickets", help="JSONL or CSV (id,text) file; default: synthetic tickets")
+    parser.add_argument("--limit", type=int, default=DEFAULT_N, help=f"most tickets to check ({DEFAULT_N})")
+    parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a directory, or a hub id")
+    parser.add_argument("--dtype", default="float32", help="float32 (exact check), bfloat16, or auto")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--task", help="task TOML file (default: the built-in support task)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic tickets")
+
+
+def load_texts(path: str | None, limit: int, seed: int) -> list[str]:
+    if path is None:
+        from worker.synthetic import generate
+
+        return [t.text for t in generate(limit, seed=seed)]
+    from producer.cli import read_tickets
+
+    with Path(path).open(encoding="utf-8") as fh:
+        rows = read_tickets(fh, name=path)
+    return [str(r["text"]) for r in rows][:limit]
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from worker.engine.engine import Engine, EngineConfig
+    from worker.engine.model import load_model
+    from worker.engine.reference import ReferenceScorer
+    from worker.engine.task import load_task
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts = load_texts(args.tickets, args.limit, args.seed)
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    task = load_task(args.task)
+    engine = Engine(loaded, task, EngineConfig(batch_size=args.batch_size))
+    judge = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
+    dtype = str(loaded.dtype).removeprefix("torch.")
+    print(f"verify: {len(texts)} tickets, model {loaded.name}, {dtype}, {torch.get_num_threads()} threads")
+
+    start = time.perf_counter()
+    ref = torch.tensor([judge.score_one(t) for t in _progress(texts, "reference")])
+    ref_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fast, stats = engine.logprobs(texts)
+    fast_s = time.perf_counter() - start
+
+    ref_prior, fast_prior = judge.prior(), engine.prior
+    if ref_prior is not None and fast_prior is not None:  # decide as the engine does: calibrated
+        ref, fast = ref - ref_prior, fast - fast_prior
+    report = compare(list(task.labels), texts, ref, fast)
+    padded = sum(s.padded_tokens for s in stats)
+    real = sum(s.real_tokens for s in stats)
+    print(f"reference: {len(texts) / ref_s:8.1f} items/s   engine: {len(texts) / fast_s:8.1f} items/s")
+    print(f"engine passes: {len(stats)}, padding overhead {1 - real / padded if padded else 0:.2%}")
+    print(f"agreement: {report['agree']}/{len(texts)} ({report['agreement']:.2%})")
+    print(f"largest log-probability difference: {report['max_diff']:.3g}")
+    for flip in report["flips"]:
+        print(
+            f"  differs: {flip['text']!r}: reference {flip['reference']} (margin {flip['margin']:.4f}), "
+            f"engine {flip['engine']}"
+        )
+    exact = loaded.dtype == torch.float32
+    if exact and report["flips"]:
+        print("FAIL: labels differ in float32", file=sys.stderr)
+        return 1
+    if exact and report["max_diff"] > 1e-4:
+        print("FAIL: log-probabilities differ by more than 1e-4 in float32", file=sys.stderr)
+        return 1
+    print("OK" if exact else "reported (bfloat16: near-ties may flip)")
+    return 0
+
+
+def compare(labels: list[str], texts: list[str], ref: Any, fast: Any) -> dict[str, Any]:
+    """Agreement between two (tickets, labels) log-probability tensors, with every flip's margin."""
+    ref_best = ref.argmax(-1)
+    fast_best = fast.argmax(-1)
+    top2 = ref.topk(2, dim=-1).values
+    margins = (top2[:, 0] - top2[:, 1]).tolist()
+    flips = [
+        {"text": texts[i][:80], "reference": labels[r], "engine": labels[f], "margin": margins[i]}
+        for i, (r, f) in enumerate(zip(ref_best.tolist(), fast_best.tolist(), strict=True))
+        if r != f
+    ]
+    agree = len(texts) - len(flips)
+    return {
+        "agree": agree,
+        "agreement": agree / len(texts) if texts else 1.0,
+        "max_diff": float((ref - fast).abs().max()) if texts else 0.0,
+        "flips": flips,
+    }
+
+
+def _progress(items: list[str], desc: str) -> Any:
+    if not sys.stderr.isatty():
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit="ticket")
