@@ -1,0 +1,92 @@
+"""What the hardware could do: the machine line, a matrix-multiply peak measured in the same run, and
+the useful FLOPs of a scoring pass, so the engine's speed can be quoted as a fraction of that peak.
+
+FLOP model (per ticket, ``L`` = tokens it occupies in a row: its suffix plus the label-tree nodes)::
+
+    2 * P * L                                   weights: P non-embedding parameters, one MAC per token
+  + 4 * layers * d_attn * (prefix * L + L(L+1)/2)   attention: QK^T and AV over the keys each token sees
+                                                    (the cached prefix and its own earlier tokens)
+
+It counts useful work only: padding, masked-out keys, the prefix (run once) and the label head (a few
+rows) are left out, so it is a lower bound on what the hardware actually computed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def machine_info() -> dict[str, Any]:
+    flags = _cpu_field("flags").split()
+    import transformers
+
+    return {
+        "cpu": _cpu_field("model name") or platform.processor() or "unknown",
+        "cores": cores(),
+        "amx_bf16": "amx_bf16" in flags,
+        "avx512_bf16": "avx512_bf16" in flags,
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "loadavg_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def cores() -> int:
+    """CPUs this process may run on (a container's limit, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_field(name: str) -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def matmul_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 7) -> float:
+    """Best-of-``repeats`` GFLOP/s of one ``n x n x n`` torch.mm: the best case on a noisy machine."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    torch.mm(a, b)  # first call picks and builds the kernel
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def non_embedding_params(model: Any) -> int:
+    """Parameters a token's forward pass multiplies by: all but the embedding table (a lookup) and an
+    untied output head (the engine multiplies only its few label rows)."""
+    skip = {id(model.get_input_embeddings().weight)}
+    head = model.get_output_embeddings()
+    if head is not None:
+        skip.add(id(head.weight))
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+def useful_flops(model: Any, prefix_len: int, segment_lengths: Sequence[int]) -> float:
+    """The module docstring's formula, summed over tickets."""
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    d_attn = heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+    params = non_embedding_params(model)
+    total = 0.0
+    for n in segment_lengths:
+        total += 2 * params * n + 4 * cfg.num_hidden_layers * d_attn * (prefix_len * n + n * (n + 1) / 2)
+    return total
