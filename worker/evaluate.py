@@ -1,0 +1,193 @@
+"""Measure accuracy on labelled tickets: confusion matrix, per-class precision and recall, items/s.
+
+Labelled data in (JSONL or CSV with id,text,label), numbers out, so that tasks, few-shot examples and
+models can be compared on the same file. The default file is the bundled Banking77 sample (400 real
+banking queries mapped onto billing / technical / account; CC BY 4.0, see worker/data/README.md).
+
+    ticketq-worker eval
+    ticketq-worker eval --tickets mine.csv --task my_task.toml --json eval.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.bench.data import DataError, Item, read_items
+
+DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
+CHUNK = 256  # tickets per engine call: the service's default drain
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tickets",
+        default=str(DEFAULT_TICKETS),
+        help="JSONL or CSV with id,text,label (default: Banking77 sample)",
+    )
+    parser.add_argument("--model", default="smollm2", help="embedded model name, .gguf, directory or HF id")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 (default auto)")
+    parser.add_argument("--task", help="task TOML (default: the built-in support-ticket task)")
+    parser.add_argument("--batch-size", type=int, default=32, help="tickets per forward pass (default 32)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--limit", type=int, help="only the first N tickets")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+
+
+@dataclass(frozen=True)
+class ClassScores:
+    precision: float | None  # None: the class was never predicted
+    recall: float | None  # None: the class never occurs in the file
+    f1: float | None
+    support: int
+
+
+@dataclass(frozen=True)
+class Scores:
+    labels: list[str]
+    confusion: list[list[int]]  # [true][predicted], in ``labels`` order
+    per_class: dict[str, ClassScores]
+
+    @property
+    def n(self) -> int:
+        return sum(map(sum, self.confusion))
+
+    @property
+    def correct(self) -> int:
+        return sum(self.confusion[i][i] for i in range(len(self.labels)))
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+
+def score(labels: Sequence[str], truth: Sequence[str], predicted: Sequence[str]) -> Scores:
+    index = {lab: i for i, lab in enumerate(labels)}
+    matrix = [[0] * len(labels) for _ in labels]
+    for t, p in zip(truth, predicted, strict=True):
+        matrix[index[t]][index[p]] += 1
+    per_class = {}
+    for i, lab in enumerate(labels):
+        hit, predicted_n, support = matrix[i][i], sum(row[i] for row in matrix), sum(matrix[i])
+        precision = hit / predicted_n if predicted_n else None
+        recall = hit / support if support else None
+        f1 = None
+        if precision is not None and recall is not None:
+            f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[lab] = ClassScores(precision, recall, f1, support)
+    return Scores(list(labels), matrix, per_class)
+
+
+def run(args: argparse.Namespace) -> int:
+    from worker.engine.task import TaskError, load_task
+
+    try:
+        items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
+        task = load_task(args.task)
+        check_labels(items, task.labels)
+    except (DataError, TaskError) as exc:
+        print(f"ticketq-worker eval: {exc}", file=sys.stderr)
+        return 2
+    from worker.engine import Engine
+    from worker.engine.model import ModelError
+
+    try:
+        engine = Engine.load(
+            args.model,
+            dtype=args.dtype,
+            task_path=args.task,
+            batch_size=args.batch_size,
+            threads=args.threads,
+        )
+    except ModelError as exc:
+        print(f"ticketq-worker eval: {exc}", file=sys.stderr)
+        return 1
+    predicted, seconds = _classify(engine, items)
+    scores = score(task.labels, [it.label or "" for it in items], predicted)
+    info = engine.describe()
+    print(table(scores, info, args.tickets, seconds))
+    if args.json:
+        Path(args.json).write_text(json.dumps(to_json(scores, info, args.tickets, seconds), indent=2) + "\n")
+    return 0
+
+
+def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
+    """Every ticket labelled, with one of the task's labels: otherwise accuracy would mean nothing."""
+    unlabelled = [it.id for it in items if not it.label]
+    if unlabelled:
+        raise DataError(
+            f"{len(unlabelled)} tickets have no label (first: {unlabelled[0]!r}); eval needs id,text,label"
+        )
+    unknown = Counter(it.label for it in items if it.label not in labels)
+    if unknown:
+        found = ", ".join(f"{lab!r} ({n})" for lab, n in unknown.most_common())
+        raise DataError(f"labels not in the task: {found}; the task's labels are {', '.join(labels)}")
+
+
+def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float]:
+    from tqdm import tqdm
+
+    engine.classify([items[0].text])  # warm-up: the first call builds kernels; not part of the rate
+    predicted: list[str] = []
+    with tqdm(total=len(items), unit="ticket", disable=not sys.stderr.isatty(), leave=False) as bar:
+        start = time.perf_counter()
+        for lo in range(0, len(items), CHUNK):
+            preds, _ = engine.classify([it.text for it in items[lo : lo + CHUNK]])
+            predicted += [p.label for p in preds]
+            bar.update(len(preds))
+        seconds = time.perf_counter() - start
+    return predicted, seconds
+
+
+def table(scores: Scores, info: dict[str, Any], source: str, seconds: float) -> str:
+    width = max(12, *(len(lab) + 2 for lab in scores.labels))
+    n = scores.n
+    lines = [
+        f"model: {info['model']} ({info['dtype']}, {info['threads']} threads); task: {info['task']}",
+        f"tickets: {source} ({n})",
+        f"accuracy: {scores.accuracy:.1%} ({scores.correct}/{n}), "
+        f"at {n / seconds:.1f} items/s ({seconds:.1f} s)",
+        "",
+        "confusion matrix (rows: true label, columns: predicted)",
+        " " * width + "".join(f"{lab:>{width}}" for lab in scores.labels),
+    ]
+    for lab, row in zip(scores.labels, scores.confusion, strict=True):
+        lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    lines += ["", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
+    for lab, c in scores.per_class.items():
+        lines.append(
+            f"{lab:<{width}}{_pct(c.precision):>10}{_pct(c.recall):>10}{_pct(c.f1):>10}{c.support:>10}"
+        )
+    return "\n".join(lines)
+
+
+def to_json(scores: Scores, info: dict[str, Any], source: str, seconds: float) -> dict[str, Any]:
+    return {
+        "model": info["model"],
+        "dtype": info["dtype"],
+        "threads": info["threads"],
+        "task": info["task"],
+        "tickets": source,
+        "n": scores.n,
+        "accuracy": round(scores.accuracy, 4),
+        "correct": scores.correct,
+        "seconds": round(seconds, 3),
+        "items_per_s": round(scores.n / seconds, 2) if seconds > 0 else None,
+        "labels": scores.labels,
+        "confusion": scores.confusion,
+        "per_class": {
+            lab: {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(c).items()}
+            for lab, c in scores.per_class.items()
+        },
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
