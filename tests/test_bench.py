@@ -103,6 +103,8 @@ def test_naive_scorer_equals_the_reference(tiny: LoadedModel) -> None:
     naive = NaiveScorer(engine)
     for t in synthetic(4, seed=3):
         assert (naive.logprobs(t.text) - torch.tensor(judge.score_one(t.text))).abs().max() < 1e-4
+    prior, expected = naive.prior(), judge.prior()
+    assert prior is not None and expected is not None and (prior - expected).abs().max() < 1e-4
 
 
 def test_bad_flags_and_files_exit_2(tmp_path, capsys) -> None:

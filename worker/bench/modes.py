@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import torch
 
 from worker.bench.data import Item
-from worker.engine import task as task_module
 from worker.engine.engine import Engine, EngineConfig
 from worker.engine.prompt import render
 from worker.engine.reference import ReferenceScorer
+from worker.engine.task import CONTENT_FREE
 from worker.engine.types import BatchStats
 
 # name -> engine configuration. per-item and bucketed are the published baselines, hence no prefix
@@ -81,7 +81,7 @@ def run_engine(
     for lo in range(0, len(items), chunk):
         part = items[lo : lo + chunk]
         logp, stats = engine.logprobs([it.text for it in part])
-        got, margins = decide(labels, logp, prior_of(engine))
+        got, margins = decide(labels, logp, engine.prior)
         out.ids += [it.id for it in part]
         out.labels += got
         out.margins += margins
@@ -121,16 +121,9 @@ class NaiveScorer:
 
     def prior(self) -> torch.Tensor | None:
         """The task's calibration prior, computed this same plain way (once per task, like the engine)."""
-        texts = getattr(task_module, "CONTENT_FREE", ())
-        if not getattr(self.task, "calibrate", False) or not texts:
+        if not self.task.calibrate:
             return None
-        return torch.stack([self.logprobs(t) for t in texts]).mean(0)
-
-
-def prior_of(engine: Engine) -> torch.Tensor | None:
-    # getattr: calibration is newer than some engines this bench may be pointed at.
-    prior: torch.Tensor | None = getattr(engine, "prior", None)
-    return prior
+        return torch.stack([self.logprobs(t) for t in CONTENT_FREE]).mean(0)
 
 
 def run_naive(engine: Engine, items: Sequence[Item], progress: Progress) -> ModeResult:
