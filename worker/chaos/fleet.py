@@ -66,12 +66,15 @@ class Fleet:
     log_dir: Path
     flags: Sequence[str]
     python: str = sys.executable
+    name_clients: bool = True  # CLIENT SETNAME each connection to the worker id (needs that command)
     workers: list[WorkerProc] = field(default_factory=list)
 
-    def spawn(self) -> WorkerProc:
+    def spawn(self, *extra: str) -> WorkerProc:
+        """Start one more worker; ``extra`` flags add to (and, coming last, override) the fleet's."""
         wid = f"chaos-w{len(self.workers) + 1:03d}"
-        cmd = [self.python, "-m", "worker", "--redis-url", with_client_name(self.url, wid)]
-        cmd += ["--prefix", self.prefix, "--worker-id", wid, "--log-format", "json", *self.flags]
+        url = with_client_name(self.url, wid) if self.name_clients else self.url
+        cmd = [self.python, "-m", "worker", "--redis-url", url]
+        cmd += ["--prefix", self.prefix, "--worker-id", wid, "--log-format", "json", *self.flags, *extra]
         log = self.log_dir / f"{wid}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, cwd=_ROOT, stdout=out, stderr=subprocess.STDOUT)
