@@ -372,6 +372,30 @@ def test_sigterm_during_a_redis_outage_exits_promptly_and_a_peer_recovers_the_cl
     all_accounted(r, 10, 0)
 
 
+def test_a_full_redis_makes_the_worker_wait_not_crash(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    """At maxmemory (noeviction) Redis refuses writes with OOM errors until memory is freed: a worker
+    that exited on them would crash-loop and burn its claims' attempts, so it backs off instead."""
+    server = servers()
+    server.start()
+    r = server.client()
+    flags = ("--model", FAKE + "?delay_ms=100", "--drain", "10", "--batch-size", "10")
+    worker = started(r, fleets(server.url, *flags).spawn())
+    r.lpush(KEYS.tickets, *tickets(100))
+    wait_for(lambda: r.hlen(KEYS.results) >= 10, 10, "some results")
+    r.config_set("maxmemory", max(1, int(r.info("memory")["used_memory"]) // 2))  # full: writes refused
+    wait_for(lambda: any("OutOfMemoryError" in e["error"] for e in events(worker, "redis_unavailable")), 10)
+    time.sleep(1.0)
+    assert worker.alive
+    r.config_set("maxmemory", 0)
+    wait_for(lambda: r.hlen(KEYS.results) == 100, 20, "every result once Redis has room")
+    assert worker.alive and events(worker, "redis_restored")
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    all_accounted(r, 100, 0)
+
+
 # -- credentials -----------------------------------------------------------------------------------------
 
 

@@ -64,14 +64,20 @@ def connect(url: str, *, socket_timeout: float = 10.0) -> redis.Redis:
     )
 
 
+# Failures that go away without the worker doing anything: a lost or slow connection, and a Redis at
+# maxmemory that refuses writes until memory is freed (exiting on that would crash-loop the fleet and
+# count an attempt against every claim each time, turning good tickets into "poison").
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError)
+
+
 def transient(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn redis connection/timeout failures into :class:`TransientError`, the one thing callers retry."""
+    """Turn the failures in ``_TRANSIENT`` into :class:`TransientError`, the one thing callers retry."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except _TRANSIENT as exc:
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
 
     return wrapper
