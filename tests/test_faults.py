@@ -21,6 +21,7 @@ import pytest
 import redis
 from support import wait_for
 
+from producer.client import Client
 from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Keys, Result, payload_digest
 from worker.chaos.fleet import Fleet, WorkerProc
 from worker.chaos.server import RedisServer
@@ -29,6 +30,7 @@ from worker.queue import RedisQueue, connect
 
 pytestmark = pytest.mark.redis
 
+ROOT = Path(__file__).resolve().parent.parent
 FAKE = "fake:billing,technical,account"
 KEYS = Keys("{faults}")  # on the throwaway servers; the shared one gets a fresh prefix per test
 MB = 1024 * 1024
@@ -147,10 +149,10 @@ def fleets(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
     """Makes fleets of ``python -m worker`` processes; any still running afterwards is killed."""
     made: list[Fleet] = []
 
-    def make(url: str, *flags: str, name_clients: bool = True) -> Fleet:
+    def make(url: str, *flags: str, prefix: str = KEYS.prefix, name_clients: bool = True) -> Fleet:
         logs = tmp_path / f"logs-{len(made)}"
         logs.mkdir()
-        fleet = Fleet(url, KEYS.prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients)
+        fleet = Fleet(url, prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients)
         made.append(fleet)
         return fleet
 
@@ -169,7 +171,8 @@ def events(worker: WorkerProc, name: str) -> list[dict[str, Any]]:
 
 
 def cli(url: str, *args: str | bytes, stdin: bytes | None = None) -> bytes:
-    """redis-cli, the way an outside user would push; ``-x`` reads the last argument from ``stdin``."""
+    """redis-cli, the way an outside user would push; ``-x`` reads the last argument from ``stdin``.
+    Returns what it printed: the reply, or the error (redis-cli exits 0 on a refused command)."""
     _need("redis-cli")
     argv = [b"redis-cli", b"-u", url.encode(), *(a.encode() if isinstance(a, str) else a for a in args)]
     return subprocess.run(argv, input=stdin, capture_output=True, check=True, timeout=30).stdout
@@ -420,3 +423,92 @@ def test_a_password_in_the_url_works_and_never_reaches_the_logs(
         text = w.log.read_text()
         assert secret not in text and wrong not in text
         assert ":***@" in text  # the URL is logged, masked
+
+
+def test_a_tls_url_with_a_password_works_and_the_password_is_not_logged(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    _need("openssl")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    argv = [
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]
+    argv += [
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-keyout",
+        str(tls / "key.pem"),
+        "-out",
+        str(tls / "cert.pem"),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)  # a self-signed certificate
+    secret = "pw-" + os.urandom(8).hex()
+    server = servers(password=secret, tls=tls)
+    server.start()
+    assert server.url.startswith("rediss://")
+    r = server.client()
+    r.lpush(KEYS.tickets, *tickets(20))
+    worker = fleets(server.url).spawn("--burst")
+    assert worker.proc.wait(30) == 0
+    all_accounted(r, 20, 0)
+    text = worker.log.read_text()
+    assert secret not in text and "rediss://:***@" in text
+
+
+def test_the_acls_in_the_threat_model_work_as_written(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    doc = (ROOT / "docs" / "threat-model.md").read_text()
+    rules = {
+        line.split()[2]: line.split() for line in doc.splitlines() if line.startswith("ACL SETUSER ticketq-")
+    }
+    assert set(rules) == {"ticketq-producer", "ticketq-waiter", "ticketq-worker"}
+    server = servers(password="admin-" + os.urandom(8).hex())
+    server.start()
+    admin = server.client()
+    for rule in rules.values():
+        admin.execute_command(*rule)
+    admin.config_set("proto-max-bulk-len", "1mb")  # as the document advises
+
+    def url(user: str) -> str:
+        password = next(t[1:] for t in rules[user] if t.startswith(">"))
+        return f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
+
+    keys = Keys("ticketq")
+    admin.sadd(keys.workers, "ghost")  # a dead peer's claim: recovery runs as the worker user too
+    admin.lpush(keys.inflight("ghost"), b'{"id": "g1", "text": "billing: left behind"}')
+    worker = fleets(url("ticketq-worker"), "--heartbeat-s", "1", prefix="ticketq", name_clients=False).spawn()
+    waiter = Client.from_url(url("ticketq-waiter"), prefix="ticketq")
+    waited = waiter.push_and_wait([{"id": f"a{n}", "text": "account: locked out"} for n in range(10)], 20)
+    assert len(waited.results) == 10 and waited.complete
+    producer = url("ticketq-producer")
+    assert cli(producer, "LPUSH", keys.tickets, "not json").strip() == b"1"
+    assert cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 900_000).strip() == b"1"
+    assert b"invalid bulk length" in cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 2 * MB)
+    for refused in (
+        ["HSET", keys.results, "a0", "forged"],
+        ["LPUSH", keys.dead, "forged"],
+        ["LRANGE", keys.tickets, "0", "-1"],
+        ["DEL", keys.tickets],
+        ["EVAL", "return 1", "0"],
+        ["PUBLISH", keys.events, '{"ids": [], "dead": {"a0": "forged"}}'],
+        ["LPUSH", "rq:queue:default", "forged"],
+    ):
+        assert cli(producer, *refused).startswith(b"NOPERM"), refused
+    wait_for(lambda: admin.hexists(keys.results, "g1") and admin.llen(keys.dead) == 2, 15, "recovery")
+    reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in admin.lrange(keys.dead, 0, -1))
+    assert reasons == ["not JSON", "payload too large"]
+    assert worker.alive
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0

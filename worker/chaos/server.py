@@ -3,7 +3,9 @@
 AOF is on, so a restart keeps the data: :meth:`RedisServer.restart` is a plain ``SHUTDOWN`` (which
 fsyncs the AOF; ``SHUTDOWN NOSAVE`` would be wrong to rely on here) and a start on the same port and
 directory. :meth:`RedisServer.crash` is a SIGKILL; with ``fsync="always"`` every acknowledged write
-survives even that. Used by the chaos harness and by the fault tests.
+survives even that. With ``tls`` (a directory holding a self-signed ``cert.pem`` and ``key.pem``) it
+listens for TLS only, and :attr:`RedisServer.url` is a ``rediss://`` URL that trusts that certificate.
+Used by the chaos harness and by the fault tests.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class RedisServer:
         port: int | None = None,
         password: str | None = None,
         fsync: str = "everysec",
+        tls: Path | None = None,
         binary: str = "redis-server",
     ) -> None:
         self.dir = root
@@ -43,6 +46,7 @@ class RedisServer:
         self.port = port or free_port()
         self.password = password
         self.fsync = fsync
+        self.tls = tls
         self.binary = shutil.which(binary) or binary
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -52,6 +56,8 @@ class RedisServer:
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls is not None:
+            return f"rediss://{auth}{HOST}:{self.port}/0?ssl_ca_certs={self.tls / 'cert.pem'}"
         return f"redis://{auth}{HOST}:{self.port}/0"
 
     def client(self, name: str = "chaos-harness", timeout: float = 5.0) -> redis.Redis:
@@ -63,6 +69,8 @@ class RedisServer:
             client_name=name,
             socket_timeout=timeout,
             socket_connect_timeout=min(timeout, 2.0),
+            ssl=self.tls is not None,
+            ssl_ca_certs=str(self.tls / "cert.pem") if self.tls is not None else None,
         )
 
     # -- life cycle ----------------------------------------------------------------------------------
@@ -121,7 +129,13 @@ class RedisServer:
     # -- internals -----------------------------------------------------------------------------------
 
     def _argv(self) -> list[str]:
-        argv = [self.binary, "--port", str(self.port), "--bind", HOST, "--dir", str(self.dir)]
+        argv = [self.binary, "--bind", HOST, "--dir", str(self.dir)]
+        if self.tls is None:
+            argv += ["--port", str(self.port)]
+        else:  # TLS only: the plain port is off
+            cert, key = str(self.tls / "cert.pem"), str(self.tls / "key.pem")
+            argv += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert]
+            argv += ["--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"]
         argv += ["--daemonize", "no", "--logfile", "redis.log", "--save", ""]
         argv += ["--appendonly", "yes", "--appendfsync", self.fsync]
         if self.password:
