@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     add("--kills", type=int, default=_D.kills, help=f"worker SIGKILLs + SIGTERMs (default {_D.kills})")
     add("--client-kills", type=int, default=_D.client_kills, help="CLIENT KILLs of one worker's connections")
     add("--redis-restarts", type=int, default=_D.redis_restarts, help="Redis restarts (AOF kept)")
+    add("--redis-full", type=int, default=_D.redis_full, help="spells of Redis refusing writes (maxmemory)")
     add("--hard-restarts", action="store_true", help="SIGKILL Redis instead of SHUTDOWN (AOF fsync always)")
     add(
         "--duration",
@@ -67,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     cfg = Config(
         tickets=args.tickets, workers=args.workers, producers=args.producers, kills=args.kills,
-        client_kills=args.client_kills, redis_restarts=args.redis_restarts, duration_s=args.duration,
-        seed=args.seed, model=args.model, delay_ms=args.delay_ms, worker_args=args.worker_args,
+        client_kills=args.client_kills, redis_restarts=args.redis_restarts, redis_full=args.redis_full,
+        duration_s=args.duration, seed=args.seed, model=args.model, delay_ms=args.delay_ms,
+        worker_args=args.worker_args,
         heartbeat_s=args.heartbeat_s, max_attempts=args.max_attempts, drain=args.drain,
         batch_size=args.batch_size, sigterm_share=args.sigterm_share, bad_rate=args.bad_rate,
         hard_restarts=args.hard_restarts, startup_s=args.startup, settle_s=args.settle, keep=args.keep,
@@ -85,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def render(s: Summary) -> str:
     """The summary a person reads (docs/chaos.md quotes one)."""
     v, c = s.verdict, s.chaos
-    faults = c.sigkill + c.sigterm + c.client_kills + c.redis_restarts
+    faults = c.sigkill + c.sigterm + c.client_kills + c.redis_restarts + c.redis_full
     requeued = [
         f"{k.removeprefix('requeued ')} {n}" for k, n in s.workers.items() if k.startswith("requeued")
     ]
@@ -101,7 +103,8 @@ def render(s: Summary) -> str:
         ("requeued", ", ".join(requeued) or "0"),
         ("left behind", f"{v.left_in_input} waiting, {v.left_in_flight} in flight"),
         ("kills survived", f"SIGKILL {c.sigkill}, SIGTERM {c.sigterm}, client kills {c.client_kills} "
-                           f"({c.connections_killed} connections), redis restarts {c.redis_restarts}"),
+                           f"({c.connections_killed} connections), redis restarts {c.redis_restarts}, "
+                           f"redis full {c.redis_full}"),
         ("mid-batch", f"{c.mid_batch} of {faults} faults hit while a worker held a claim"),
         ("workers", f"{c.workers_started} started, {len(s.unexpected_exits)} exited unasked"),
         ("outages seen", f"{s.workers.get('redis_unavailable', 0)} redis_unavailable log lines"),

@@ -98,8 +98,8 @@ class Producer:
     """A thread that pushes its payloads in small random chunks, paced to last ``spread_s``, retrying
     through outages for up to ``give_up_s`` per chunk.
 
-    A retried LPUSH whose first try did land pushes the same bytes again: a redelivery, harmless by the
-    duplicate rule, and counted in ``retries``.
+    Redis refusing writes (maxmemory) is retried too. A retried LPUSH whose first try did land pushes
+    the same bytes again: a redelivery, harmless by the duplicate rule, and counted in ``retries``.
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class Producer:
             try:
                 client.lpush(self.key, *chunk)
                 return
-            except (redis.ConnectionError, redis.TimeoutError):
+            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError):
                 if time.monotonic() > deadline:
                     raise
                 self.retries += 1

@@ -38,6 +38,7 @@ class Config:
     kills: int = 24  # SIGKILL or SIGTERM (sigterm_share of them) of a worker, each replaced at once
     client_kills: int = 4  # CLIENT KILL of every connection of one worker
     redis_restarts: int = 2
+    redis_full: int = 0  # spells of maxmemory below use: Redis refuses every write for about a second
     duration_s: float = 30.0  # the chaos phase; pushing is spread over most of it
     seed: int = 0
     model: str = FAKE
@@ -63,6 +64,7 @@ class Tally:
     client_kills: int = 0
     connections_killed: int = 0
     redis_restarts: int = 0
+    redis_full: int = 0
     mid_batch: int = 0  # faults that hit while a worker held a claim
     workers_started: int = 0
     log: list[str] = field(default_factory=list)
@@ -163,7 +165,7 @@ def _run_in(cfg: Config, root: Path, say: Callable[[str], None]) -> Summary:
 
 
 class Chaos:
-    """The fault schedule: ``kills + client_kills + redis_restarts`` events at seeded random times."""
+    """The fault schedule: one event per kill, client kill, restart and full spell, at seeded random times."""
 
     def __init__(
         self, cfg: Config, server: RedisServer, fleet: Fleet, keys: Keys, say: Callable[[str], None]
@@ -177,10 +179,11 @@ class Chaos:
         self.tally = Tally()
         self.r = server.client("chaos-monkey")
         self._last = ""  # what the latest fault did, for the log
+        self._busy = False  # whether the latest target held a claim
 
     def schedule(self) -> list[tuple[float, str]]:
         kinds = ["kill"] * self.cfg.kills + ["client_kill"] * self.cfg.client_kills
-        kinds += ["redis_restart"] * self.cfg.redis_restarts
+        kinds += ["redis_restart"] * self.cfg.redis_restarts + ["redis_full"] * self.cfg.redis_full
         times = sorted(self.rng.uniform(0.05, 0.9) * self.cfg.duration_s for _ in kinds)
         self.rng.shuffle(kinds)
         return list(zip(times, kinds, strict=True))
@@ -204,6 +207,7 @@ class Chaos:
             return
         self.fleet.signal(target, sig)
         self.fleet.spawn()  # the replacement, as an orchestrator would start one
+        self.tally.mid_batch += self._busy
         if sig == signal.SIGKILL:
             self.tally.sigkill += 1
         else:
@@ -211,14 +215,22 @@ class Chaos:
         self._last = f"{sig.name} {target.id}"
 
     def _client_kill(self) -> None:
-        target = self._target()
-        if target is None:
-            self._last = "no worker to cut off"
-            return
-        ids = [c["id"] for c in self.r.client_list(_type="normal") if c.get("name") == target.id]
+        # Right after a restart a worker may not have reconnected yet: look again rather than count a
+        # kill that cut nothing.
+        deadline = time.monotonic() + 2.0
+        while True:
+            target = self._target()
+            if target is None:
+                self._last = "no worker to cut off"
+                return
+            ids = [c["id"] for c in self.r.client_list(_type="normal") if c.get("name") == target.id]
+            if ids or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         for cid in ids:
             self.r.client_kill_filter(_id=cid)
         self.tally.client_kills += 1
+        self.tally.mid_batch += self._busy
         self.tally.connections_killed += len(ids)
         self._last = f"{len(ids)} connections of {target.id}"
 
@@ -227,7 +239,19 @@ class Chaos:
         down = self.rng.uniform(0.1, 0.5)
         self.server.restart(down_s=down, hard=self.cfg.hard_restarts)
         self.tally.redis_restarts += 1
+        self.tally.mid_batch += self._busy
         self._last = f"{'SIGKILL' if self.cfg.hard_restarts else 'SHUTDOWN'}, down {down:.2f} s"
+
+    def _redis_full(self) -> None:
+        """maxmemory below what is used (noeviction): every write is refused until it is lifted."""
+        self._target()
+        spell = self.rng.uniform(0.5, 1.5)
+        self.r.config_set("maxmemory", 1)
+        time.sleep(spell)
+        self.r.config_set("maxmemory", 0)
+        self.tally.redis_full += 1
+        self.tally.mid_batch += self._busy
+        self._last = f"full for {spell:.2f} s"
 
     def _target(self, look_s: float = 1.0) -> WorkerProc | None:
         """A started worker, preferably one holding a claim (looked for up to ``look_s``)."""
@@ -235,8 +259,8 @@ class Chaos:
         while True:
             started = [w for w in self.fleet.serving() if _safe(functools.partial(self._beating, w))]
             busy = [w for w in started if _safe(functools.partial(self._holding, w))]
+            self._busy = bool(busy)
             if busy:
-                self.tally.mid_batch += 1
                 return self.rng.choice(busy)
             if time.monotonic() > deadline:
                 return self.rng.choice(started) if started else None
