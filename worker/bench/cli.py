@@ -148,6 +148,8 @@ def _bench(
                 f"ran on a length-stratified sample of {len(mine)} of {len(items)} tickets"
             )
     machine["loadavg_end"] = round(os.getloadavg()[0], 2)
+    if peak is not None:  # best of both ends of the run: a busy moment must not inflate the fraction
+        peak = max(peak, matmul_peak_gflops(engine.loaded.dtype))
     names = [r.name for r in results]
     baseline = BASELINE if BASELINE in names else names[0]
     base = results[names.index(baseline)]

@@ -30,7 +30,7 @@ from producer.client import Client
 from producer.protocol import Result
 from worker.bench.data import Item
 from worker.bench.modes import ModeResult, Progress
-from worker.bench.peak import cores
+from worker.bench.peak import CpuMeter, cores
 from worker.engine.engine import Engine
 from worker.settings import Settings
 
@@ -100,19 +100,21 @@ def _in_process(
             failure.append(exc)
 
     client = Client(redis.Redis.from_url(redis_url), prefix)
-    start = time.perf_counter()
+    meter, start = CpuMeter(), time.perf_counter()
     ids = client.push([{"id": it.id, "text": it.text} for it in items])
     thread = threading.Thread(target=serve, name="bench-service", daemon=True)
     thread.start()  # after the push: a burst service stops at an empty queue
     try:
         results = wait_all(client, ids, alive=thread.is_alive, progress=progress)
+        seconds, others = time.perf_counter() - start, meter.others()
     finally:
         service.stop()
         thread.join(timeout=60)
-    seconds = time.perf_counter() - start
     if failure:
         raise EndToEndError(f"the service failed: {failure[0]!r}")
-    return _result("end-to-end", ids, results, seconds, log.getvalue().splitlines())
+    out = _result("end-to-end", ids, results, seconds, log.getvalue().splitlines())
+    out.others_cpu = others
+    return out
 
 
 def run_processes(
@@ -133,15 +135,16 @@ def run_processes(
         warm = [{"id": f"warmup-{i}", "text": it.text} for i, it in enumerate(items[:WARMUP_TICKETS])]
         wait_all(client, client.push(warm), alive=lambda: all(w.alive() for w in workers))
         offsets = [w.log.stat().st_size for w in workers]  # padding: count the timed passes only
-        start = time.perf_counter()
+        meter, start = CpuMeter(), time.perf_counter()
         ids = client.push([{"id": it.id, "text": it.text} for it in items])
         results = wait_all(client, ids, alive=lambda: all(w.alive() for w in workers), progress=progress)
-        seconds = time.perf_counter() - start
+        seconds, others = time.perf_counter() - start, meter.others()  # before the workers exit
     finally:
         for w in workers:
             w.stop()
     lines = [line for w, off in zip(workers, offsets, strict=True) for line in w.lines_after(off)]
     out = _result(f"end-to-end-{k}p", ids, results, seconds, lines)
+    out.others_cpu = others
     out.notes.append(f"{k} worker process(es), {threads} thread(s) each")
     return out
 

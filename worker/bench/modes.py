@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from worker.bench.data import Item
+from worker.bench.peak import CpuMeter
 from worker.engine.engine import Engine, EngineConfig
 from worker.engine.prompt import render
 from worker.engine.reference import ReferenceScorer
@@ -43,6 +44,7 @@ class ModeResult:
     seconds: float
     real_tokens: int = 0
     padded_tokens: int = 0  # 0: the mode never pads
+    others_cpu: float | None = None  # share of the machine's CPU other processes took meanwhile
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -77,7 +79,7 @@ def run_engine(
     otherwise, so that ``engine`` plans passes over the same groups a worker would)."""
     labels = list(engine.task.labels)
     out = ModeResult(name, [], [], [], 0.0)
-    start = time.perf_counter()
+    meter, start = CpuMeter(), time.perf_counter()
     for lo in range(0, len(items), chunk):
         part = items[lo : lo + chunk]
         logp, stats = engine.logprobs([it.text for it in part])
@@ -87,7 +89,7 @@ def run_engine(
         out.margins += margins
         out.add_stats(stats)
         progress(len(part))
-    out.seconds = time.perf_counter() - start
+    out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     return out
 
 
@@ -131,12 +133,12 @@ def run_naive(engine: Engine, items: Sequence[Item], progress: Progress) -> Mode
     prior = scorer.prior()
     labels = list(engine.task.labels)
     out = ModeResult("naive", [], [], [], 0.0)
-    start = time.perf_counter()
+    meter, start = CpuMeter(), time.perf_counter()
     for it in items:
         got, margins = decide(labels, scorer.logprobs(it.text)[None], prior)
         out.ids.append(it.id)
         out.labels += got
         out.margins += margins
         progress(1)
-    out.seconds = time.perf_counter() - start
+    out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     return out

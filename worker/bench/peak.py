@@ -57,6 +57,51 @@ def _cpu_field(name: str) -> str:
     return ""
 
 
+class CpuMeter:
+    """How much of the machine's CPU time other processes took while a mode ran: 0 on a quiet machine.
+
+    The machine is shared; a mode that ran while someone else's job held a core is slower for reasons
+    that have nothing to do with it. This number says which rows to distrust. Linux only (``/proc``);
+    elsewhere it reads ``None``."""
+
+    def __init__(self) -> None:
+        self._start = _jiffies()
+
+    def others(self) -> float | None:
+        """Share of all CPU time since start used by processes outside this one and its children."""
+        now = _jiffies()
+        if self._start is None or now is None:
+            return None
+        busy, total, own = (b - a for a, b in zip(self._start, now, strict=True))
+        return max(0.0, busy - own) / total if total > 0 else None
+
+
+def _jiffies() -> tuple[int, int, int] | None:
+    """(machine busy, machine total, this process tree's) CPU clock ticks so far."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        procs = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                parts = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # a process that ended while we looked
+            procs[int(stat.parent.name)] = (
+                int(parts[1]),
+                int(parts[11]) + int(parts[12]),
+            )  # ppid, utime+stime
+    except (OSError, ValueError):
+        return None
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        kids = [pid for pid, (ppid, _) in procs.items() if ppid == parent and pid not in tree]
+        tree.update(kids)
+        frontier += kids
+    total, idle = sum(fields), fields[3] + fields[4]
+    return total - idle, total, sum(procs[p][1] for p in tree if p in procs)
+
+
 def matmul_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 7) -> float:
     """Best-of-``repeats`` GFLOP/s of one ``n x n x n`` torch.mm: the best case on a noisy machine."""
     a = torch.randn(n, n).to(dtype)

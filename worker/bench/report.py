@@ -79,6 +79,7 @@ class Report:
                     "speedup": _r(self.speedup(m), 3),
                     "padding_overhead": round(m.padding_overhead, 4),
                     "agreement": _r(agree.fraction if agree else None, 4),
+                    "others_cpu": _r(m.others_cpu, 3),
                     "tickets": len(m.ids),
                     "compared": agree.compared if agree else 0,
                     "flips": [vars(f) for f in agree.flips] if agree else [],
@@ -107,7 +108,7 @@ class Report:
             f"{self.data['tickets']} tickets",
             "",
             f"{'mode':<18} {'tickets':>7} {'seconds':>8} {'items/s':>8} {'speed-up':>9} "
-            f"{'padding':>8} {'agree':>7}",
+            f"{'padding':>8} {'agree':>7} {'others':>7}",
         ]
         for mode in self.modes:
             agree = self.agreements.get(mode.name)
@@ -115,7 +116,7 @@ class Report:
             lines.append(
                 f"{mode.name:<18} {len(mode.ids):>7} {mode.seconds:>8.1f} {mode.items_per_s:>8.2f} "
                 f"{_fmt(self.speedup(mode), '{:.2f}x'):>9} {mode.padding_overhead:>8.1%} "
-                f"{_fmt(frac, '{:.1%}'):>7}"
+                f"{_fmt(frac, '{:.1%}'):>7} {_fmt(mode.others_cpu, '{:.0%}'):>7}"
             )
         lines += [
             "",
