@@ -11,9 +11,11 @@ engine             the default engine: packed rows, prefix cache, label tree
 end-to-end         the real worker service through Redis, from first push to last result
 =================  ===========================================================================
 
-All modes share one loaded model, dtype and thread count, so their ratios hold on a noisy machine even
-when absolute numbers drift. ``naive`` and ``per-item`` run on a length-stratified subset
-(``--baseline-n``); items/s stays comparable and agreement is computed on the tickets both modes ran.
+All modes share one loaded model, dtype and thread count. The machine may be shared: for every mode the
+bench measures the share of CPU other processes took meanwhile (``others``), and a mode they disturbed
+is run again once the machine is quiet (``--noise-limit``, ``--retries``), keeping the quietest run.
+``naive`` and ``per-item`` run on a length-stratified subset (``--baseline-n``); items/s stays comparable
+and agreement is computed on the tickets both modes ran.
 
     ticketq-worker bench --json docs/bench.json --plot docs/bench.png
     ticketq-worker bench --modes engine,end-to-end --workers 1,2

@@ -5,30 +5,21 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis
 
-from worker.bench.data import DataError, Item, length_sample, read_items, synthetic
-from worker.bench.modes import CONFIGS, ModeResult, Progress, run_engine, run_naive
-from worker.bench.peak import machine_info, matmul_peak_gflops, useful_flops
-from worker.bench.report import Report, agreement, write_json, write_plot
+from worker.bench.data import DataError, Item, read_items, synthetic
+from worker.bench.peak import cores as peak_cores
+from worker.bench.report import write_json, write_plot
 from worker.errors import ConfigError
 from worker.settings import DEFAULT_REDIS_URL
 
 if TYPE_CHECKING:  # torch and transformers load only once the flags are known to be good
-    from worker.engine.engine import Engine
-    from worker.engine.model import LoadedModel
-    from worker.engine.task import Task
+    from worker.bench.runner import Options
 
+# In the order they run. Here, not in runner.py, so that checking the flags needs no torch.
 MODES = ("naive", "per-item", "bucketed", "per-item-cached", "engine", "end-to-end")
-SUBSET_MODES = ("naive", "per-item")  # slow enough to run on a sample only
-BASELINE = "per-item"
 DEFAULT_N, DEFAULT_BASELINE_N = 600, 120
 QUICK_N, QUICK_BASELINE_N = 48, 16
 
@@ -74,6 +65,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix", help="end-to-end key prefix (default: a fresh random one; deleted afterwards)"
     )
+    parser.add_argument(
+        "--noise-limit",
+        type=float,
+        default=0.10,
+        help="re-run a mode during which other processes used more than this share of the CPU (default 0.10)",
+    )
+    parser.add_argument(
+        "--retries", type=int, default=2, help="re-runs of a disturbed mode (default 2; 0: none)"
+    )
+    parser.add_argument(
+        "--quiet-wait", type=float, default=300, help="seconds to wait for a quiet machine before a re-run"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
 
@@ -90,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from worker.bench.e2e import EndToEndError
+    from worker.bench.runner import Options, bench
     from worker.engine.model import ModelError, load_model
     from worker.engine.task import TaskError, load_task
 
@@ -101,8 +105,25 @@ def run(args: argparse.Namespace) -> int:
     except (ModelError, TaskError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 1
+    opts = Options(
+        modes=modes,
+        workers=workers,
+        baseline_n=args.baseline_n or (QUICK_BASELINE_N if args.quick else DEFAULT_BASELINE_N),
+        seed=args.seed,
+        batch_size=args.batch_size,
+        max_batch_tokens=args.max_batch_tokens,
+        drain=args.drain,
+        model=args.model,
+        task=args.task,
+        redis_url=args.redis_url,
+        prefix=args.prefix,
+        noise_limit=args.noise_limit,
+        retries=args.retries,
+        quiet_wait_s=args.quiet_wait,
+    )
+    _warn_if_busy(opts)
     try:
-        report = _bench(args, loaded, task, items, source, modes, workers)
+        report = bench(opts, loaded, task, items, source)
     except (EndToEndError, ConfigError, ValueError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 1
@@ -116,156 +137,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench(
-    args: argparse.Namespace,
-    loaded: LoadedModel,
-    task: Task,
-    items: list[Item],
-    source: str,
-    modes: list[str],
-    workers: list[int],
-) -> Report:
-    from worker.engine.engine import Engine, EngineConfig
-
-    machine = machine_info()
-    _warn_if_busy(machine)
-    cfg = EngineConfig(batch_size=args.batch_size, max_batch_tokens=args.max_batch_tokens)
-    engines = {name: Engine(loaded, task, make(cfg)) for name, make in CONFIGS.items()}
-    engine = engines["engine"]
-    lengths = [len(s) for s in engine.tokenize([it.text for it in items])]
-    baseline_n = args.baseline_n or (QUICK_BASELINE_N if args.quick else DEFAULT_BASELINE_N)
-    subset = [items[i] for i in length_sample(lengths, baseline_n, args.seed)]
-    peak = matmul_peak_gflops(engine.loaded.dtype) if "engine" in modes else None
-    results: list[ModeResult] = []
-    for name in [m for m in MODES if m in modes]:
-        mine = subset if name in SUBSET_MODES else items
-        if name == "end-to-end":
-            results += _end_to_end(args, engine, mine, workers)
-            continue
-        results.append(_in_process(name, engines, mine, args.drain))
-        if len(mine) < len(items):
-            results[-1].notes.append(
-                f"ran on a length-stratified sample of {len(mine)} of {len(items)} tickets"
-            )
-    machine["loadavg_end"] = round(os.getloadavg()[0], 2)
-    if peak is not None:  # best of both ends of the run: a busy moment must not inflate the fraction
-        peak = max(peak, matmul_peak_gflops(engine.loaded.dtype))
-    names = [r.name for r in results]
-    baseline = BASELINE if BASELINE in names else names[0]
-    base = results[names.index(baseline)]
-    gflops = None
-    if "engine" in names:
-        segments = [engine.scorer.segment_len(n) for n in lengths]
-        flops = useful_flops(engine.loaded.model, len(engine.prompt.prefix_ids), segments)
-        gflops = flops / results[names.index("engine")].seconds / 1e9
-    return Report(
-        machine=machine,
-        model=engine.loaded.name,
-        dtype=str(engine.loaded.dtype).removeprefix("torch."),
-        data={"source": source, "tickets": len(items), "baseline_sample": len(subset), "seed": args.seed},
-        baseline=baseline,
-        modes=results,
-        agreements={r.name: agreement(base, r) for r in results},
-        matmul_peak_gflops=peak,
-        engine_gflops=gflops,
-    )
-
-
-def _in_process(name: str, engines: dict[str, Engine], items: list[Item], drain: int) -> ModeResult:
-    """One in-process mode, after an untimed warm-up on a ticket or two (first calls build kernels)."""
-    if name == "naive":
-        run_naive(engines["engine"], items[:1], _quiet)
-        with _bar(name, len(items)) as tick:
-            return run_naive(engines["engine"], items, tick)
-    engine = engines[name]
-    chunk = 1 if engine.config.batch_size == 1 else drain  # item by item, or the service's drain
-    run_engine(name, engine, items[:2], chunk, _quiet)
-    with _bar(name, len(items)) as tick:
-        return run_engine(name, engine, items, chunk, tick)
-
-
-def _end_to_end(
-    args: argparse.Namespace, engine: Engine, items: list[Item], workers: list[int]
-) -> list[ModeResult]:
-    from worker.bench.e2e import WorkerSpec, run_in_process, run_processes
-
-    out = []
-    root = args.prefix or f"ticketq-bench-{uuid.uuid4().hex[:8]}"
-    for k in workers:
-        prefix = f"{root}-e2e{k}"
-        with _clean_keys(args.redis_url, prefix), tempfile.TemporaryDirectory(prefix="ticketq-bench-") as tmp:
-            if k == 0:
-                engine.logprobs([it.text for it in items[:8]])  # warm, like the other modes
-                with _bar("end-to-end", len(items)) as tick:
-                    out.append(
-                        run_in_process(
-                            engine,
-                            items,
-                            redis_url=args.redis_url,
-                            prefix=prefix,
-                            drain=args.drain,
-                            progress=tick,
-                        )
-                    )
-                continue
-            spec = WorkerSpec(
-                model=args.model,
-                dtype=str(engine.loaded.dtype).removeprefix("torch."),
-                task=args.task,
-                batch_size=args.batch_size,
-                max_batch_tokens=args.max_batch_tokens,
-                drain=args.drain,
-            )
-            with _bar(f"end-to-end-{k}p", len(items)) as tick:
-                out.append(
-                    run_processes(
-                        k,
-                        items,
-                        spec,
-                        redis_url=args.redis_url,
-                        prefix=prefix,
-                        workdir=Path(tmp),
-                        progress=tick,
-                    )
-                )
-    return out
-
-
-@contextmanager
-def _clean_keys(url: str, prefix: str) -> Iterator[None]:
-    """Refuse a prefix that holds keys (someone's live queue), and delete this run's keys afterwards."""
-    client = redis.Redis.from_url(url)
-    if next(client.scan_iter(match=f"{prefix}:*", count=1000), None) is not None:
-        client.close()
-        raise ValueError(f"keys under {prefix}: already exist; pick another --prefix")
-    try:
-        yield
-    finally:
-        stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if stale:
-            client.delete(*stale)
-        client.close()
-
-
-@contextmanager
-def _bar(desc: str, total: int) -> Iterator[Progress]:
-    """A tqdm bar on a terminal; nothing when output goes to a file or a pipe."""
-    from tqdm import tqdm
-
-    with tqdm(total=total, desc=desc, unit="ticket", disable=not sys.stderr.isatty(), leave=False) as bar:
-        yield bar.update
-
-
-def _quiet(_: int) -> None:
-    pass
-
-
-def _warn_if_busy(machine: dict[str, Any]) -> None:
-    load = float(machine["loadavg_start"])
-    if load > 0.5 * int(machine["cores"]):
+def _warn_if_busy(opts: Options) -> None:
+    load, cores = os.getloadavg()[0], peak_cores()
+    if load > 0.5 * cores:
         print(
-            f"ticketq-worker bench: load average {load} on {machine['cores']} cores: something else is "
-            "running; ratios still hold (every mode shares the noise), absolute numbers do not",
+            f"ticketq-worker bench: load average {load:.2f} on {cores} cores: other processes are running. "
+            f"Modes they overlap run slower (see the others column) and are re-run up to {opts.retries} "
+            "times once the machine is quiet.",
             file=sys.stderr,
         )
 
