@@ -57,7 +57,7 @@ MAX_TEXT_CHARS = 16_384
 MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PREFIX = "ticketq"
 
-_ALLOWED_CONTROL = {"\t", "\n", "\r"}
+_ALLOWED_CONTROL = frozenset({"\t", "\n", "\r"})
 
 
 @dataclass(frozen=True)
@@ -141,31 +141,41 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     version = obj.pop("v", VERSION)
     if version != VERSION or isinstance(version, bool):
         raise BadTicket(f"unsupported version: {version!r} (this worker speaks v{VERSION})")
-    ticket_id = obj.pop("id", None)
-    if ticket_id is None:
+    if "id" not in obj:
         raise BadTicket("missing field: id")
+    ticket_id = obj.pop("id")
     if not isinstance(ticket_id, str):
-        raise BadTicket(f"wrong type: id must be a string, got {type(ticket_id).__name__}")
+        raise BadTicket(f"wrong type: id must be a string, got {_type_name(ticket_id)}")
     if not ticket_id.strip():
         raise BadTicket("empty field: id")
     if len(ticket_id) > MAX_ID_CHARS:
         raise BadTicket(f"id too long: {len(ticket_id)} characters > {MAX_ID_CHARS}")
-    body = obj.pop("text", None)
-    if body is None:
+    # Ids end up in logs and terminals: no control characters there either (not even tab or newline).
+    _check_chars(ticket_id, "id", allowed=frozenset())
+    if "text" not in obj:
         raise BadTicket("missing field: text")
+    body = obj.pop("text")
     if not isinstance(body, str):
-        raise BadTicket(f"wrong type: text must be a string, got {type(body).__name__}")
+        raise BadTicket(f"wrong type: text must be a string, got {_type_name(body)}")
     if len(body) > MAX_TEXT_CHARS:
         raise BadTicket(f"text too long: {len(body)} characters > {MAX_TEXT_CHARS}")
     body = body.strip()
     if not body:
         raise BadTicket("empty field: text is empty or white space")
-    for ch in body:
-        if (ord(ch) < 32 or ord(ch) == 127) and ch not in _ALLOWED_CONTROL:
-            raise BadTicket(f"control character U+{ord(ch):04X} in text")
-        if 0xD800 <= ord(ch) <= 0xDFFF:
-            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in text")
+    _check_chars(body, "text", allowed=_ALLOWED_CONTROL)
     return Ticket(id=ticket_id, text=body, fields=obj)
+
+
+def _check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
+    for ch in value:
+        if (ord(ch) < 32 or ord(ch) == 127) and ch not in allowed:
+            raise BadTicket(f"control character U+{ord(ch):04X} in {name}")
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {name}")
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 @dataclass(frozen=True)
