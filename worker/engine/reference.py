@@ -22,6 +22,12 @@ class ReferenceScorer:
         self.model, self.tokenizer, self.task, self.prompt = model, tokenizer, task, prompt
         self.device = next(model.parameters()).device
         self.vocab = sorted({t for ids in prompt.label_ids for t in ids})
+        self.body = model.get_decoder()
+        head = model.get_output_embeddings()
+        # The full output matrix in float32, as the engine's label rows are: in bfloat16, logits of
+        # 20-30 are rounded to 1/8 and close calls would become ties that either side breaks its own way.
+        self.head_weight = head.weight.detach().float()
+        self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach().float()
 
     def truncated(self, text: str) -> str:
         """The ticket as the engine sees it: at most ``max_ticket_tokens`` tokens (head kept)."""
@@ -41,7 +47,8 @@ class ReferenceScorer:
         for label in self.prompt.label_ids:
             ids = torch.tensor([prompt_ids + list(label[:-1])], device=self.device)
             # Full-vocabulary logits, for the positions that predict the label's tokens.
-            logits = self.model(input_ids=ids, logits_to_keep=len(label)).logits[0].float()
+            hidden = self.body(input_ids=ids).last_hidden_state[0, -len(label) :]
+            logits = torch.nn.functional.linear(hidden.float(), self.head_weight, self.head_bias)
             total = 0.0
             for step, token in enumerate(label):
                 row = logits[step]

@@ -120,9 +120,11 @@ class Scorer:
         self.pad_id = pad_id
         head = model.get_output_embeddings()
         rows = self.tree.vocab.to(self.device)
-        self.head_weight = head.weight.detach().index_select(0, rows).contiguous()  # (K, d): label rows only
+        # (K, d): the label rows only, in float32. Logits of 20-30 in bfloat16 are rounded to 1/8, which
+        # would turn close calls into exact ties; K rows at a few positions cost nothing in float32.
+        self.head_weight = head.weight.detach().index_select(0, rows).float().contiguous()
         bias = getattr(head, "bias", None)
-        self.head_bias = None if bias is None else bias.detach().index_select(0, rows)
+        self.head_bias = None if bias is None else bias.detach().index_select(0, rows).float()
         # transformers 5.x renamed ``past_key_values`` to ``cache``; speak whichever this version knows.
         params = inspect.signature(self.body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -155,7 +157,7 @@ class Scorer:
         )
         hidden = out.last_hidden_state.reshape(-1, out.last_hidden_state.shape[-1])
         states = hidden.index_select(0, query.reshape(-1))  # (N*Q, d): only the states we need
-        logits = torch.nn.functional.linear(states, self.head_weight, self.head_bias).float()
+        logits = torch.nn.functional.linear(states.float(), self.head_weight, self.head_bias)
         logp = torch.log_softmax(logits, dim=-1).reshape(query.shape[0], query.shape[1], -1)
         t = self.tree
         picked = logp[:, t.query, t.target]  # (N, L, S)
