@@ -96,25 +96,30 @@ def run_engine(
 class NaiveScorer:
     """What a first version does: for each ticket and each label, the whole prompt plus the label's
     tokens through the model, full-vocabulary logits at every position, log-softmax over all of them.
-    The label decision then renormalises over the label vocabulary, exactly as the reference judge
-    does, so its labels are comparable; the judge's only shortcut (``logits_to_keep``) is not taken."""
+    Otherwise it is the reference judge's logic, so that its labels are comparable: the output matrix
+    in float32 (as the judge's and the engine's label rows are) and the decision renormalised over the
+    label vocabulary. The judge's one shortcut, computing only the positions it needs, is not taken."""
 
     def __init__(self, engine: Engine) -> None:
         loaded = engine.loaded
-        self.model, self.tokenizer, self.task = loaded.model, loaded.tokenizer, engine.task
+        self.tokenizer, self.task = loaded.tokenizer, engine.task
         self.reference = ReferenceScorer(loaded.model, loaded.tokenizer, engine.task, engine.prompt)
+        self.body = loaded.model.get_decoder()
         self.label_ids = engine.prompt.label_ids
         self.vocab = torch.tensor(self.reference.vocab)
         self.targets = [torch.tensor([self.reference.vocab.index(t) for t in ids]) for ids in self.label_ids]
 
     @torch.inference_mode()
     def logprobs(self, text: str) -> torch.Tensor:
-        whole = render(self.tokenizer, self.task, self.reference.truncated(text))
+        ref = self.reference
+        whole = render(self.tokenizer, self.task, ref.truncated(text))
         prompt: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
         scores = []
         for ids, targets in zip(self.label_ids, self.targets, strict=True):
-            inputs = torch.tensor([prompt + list(ids[:-1])])
-            logits = self.model(input_ids=inputs).logits[0].float()  # (positions, full vocabulary)
+            hidden = self.body(input_ids=torch.tensor([prompt + list(ids[:-1])])).last_hidden_state[0]
+            logits = torch.nn.functional.linear(
+                hidden.float(), ref.head_weight, ref.head_bias
+            )  # every position
             logp = torch.log_softmax(logits, dim=-1)
             rows = logp[-len(ids) :, self.vocab]  # the positions that predict the label's tokens
             picked = torch.log_softmax(rows, dim=-1)[torch.arange(len(ids)), targets]
