@@ -78,7 +78,9 @@ def converted_gguf(gguf: Path) -> Path:
     # Key on the content, but hash only when size/mtime changed: hashing 100 MB costs ~0.2 s each start.
     stat = gguf.stat()
     stamp = cache_root() / "models" / "index" / f"{gguf.name}-{stat.st_size}-{int(stat.st_mtime)}"
-    digest = stamp.read_text().strip() if stamp.exists() else _sha256(gguf)
+    digest = stamp.read_text().strip() if stamp.exists() else ""
+    if len(digest) != 64:  # absent (or written by an older, non-atomic version): hash the file
+        digest = _sha256(gguf)
     target = cache_root() / "models" / digest[:24]
     if not (target / "config.json").exists():
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -102,8 +104,12 @@ def converted_gguf(gguf: Path) -> Path:
                 raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(digest)
+    if not stamp.exists() or stamp.read_text().strip() != digest:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        # Atomic, like the model directory: workers starting together must never read half a digest.
+        tmp_stamp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+        tmp_stamp.write_text(digest)
+        os.replace(tmp_stamp, stamp)
     return target
 
 
