@@ -135,13 +135,10 @@ def run_processes(
 ) -> ModeResult:
     threads = max(1, cores() // k)
     client = Client(redis.Redis.from_url(redis_url), prefix)
-    workers: list[_Worker] = []
+    # All at once, as a deployment scales out (which is how a model-cache race showed up; fixed in 358d17e).
+    workers = [_Worker(i, spec, threads, redis_url, prefix, workdir) for i in range(k)]
     try:
-        for i in range(k):
-            # One at a time: model loading rewrites a cache stamp file that a worker starting at the
-            # same moment can read half-written (seen here; reported). Start-up is not what is timed.
-            workers.append(_Worker(i, spec, threads, redis_url, prefix, workdir))
-            _wait_ready(client, workers[-1:])
+        _wait_ready(client, workers)
         warm = [{"id": f"warmup-{i}", "text": it.text} for i, it in enumerate(items[:WARMUP_TICKETS])]
         wait_all(client, client.push(warm), alive=lambda: all(w.alive() for w in workers))
         offsets = [w.log.stat().st_size for w in workers]  # padding: count the timed passes only
