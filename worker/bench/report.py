@@ -155,7 +155,10 @@ def write_plot(report: Report, path: str | Path) -> None:
     bars = left.bar(names, speeds, color="#4c72b0")
     left.set_yscale("log")
     left.set_ylabel("tickets / s (log scale)")
-    left.set_title(f"{report.model}, {report.dtype}, {report.machine['cores']} cores", fontsize=10)
+    title = (
+        f"{report.model}, {report.dtype}, {report.machine['cores']} cores; x: speed-up over {report.baseline}"
+    )
+    left.set_title(title, fontsize=9)
     for bar, mode in zip(bars, report.modes, strict=True):
         up = report.speedup(mode)
         text = f"{mode.items_per_s:.1f}/s" + (f"\n{up:.1f}x" if up is not None else "")
