@@ -114,26 +114,30 @@ def main() -> int:
         ids = client.push([{k: v for k, v in t.items() if k != "label"} for t in tickets])
         print(f"Pushed {len(ids)} tickets onto {keys.tickets}")
         service = build_service(settings, classifier, routes, handler)
+        # The service keeps the main thread, as in a real worker (torch runs slower from a side thread);
+        # the progress bar watches Redis from a side thread.
+        finished = threading.Event()
+        bar = threading.Thread(target=_progress, args=(url, keys, len(ids), finished), daemon=True)
         began = time.perf_counter()
-        worker = threading.Thread(target=service.run, daemon=True)
-        worker.start()
-        _progress(conn, keys, len(ids), worker)
-        worker.join()
+        bar.start()
+        service.run()
         seconds = time.perf_counter() - began
+        finished.set()
+        bar.join()
         results = client.get_many(ids)
         dead = conn.llen(keys.dead)
     _report(tickets, results, seconds, int(dead))
     return 0 if len(results) + int(dead) == len(ids) else 1
 
 
-def _progress(conn: redis.Redis, keys: Keys, total: int, worker: threading.Thread) -> None:
+def _progress(url: str, keys: Keys, total: int, finished: threading.Event) -> None:
     from tqdm import tqdm
 
+    conn = redis.Redis.from_url(url)
     with tqdm(total=total, unit="ticket", desc="classifying", file=sys.stdout, mininterval=1.0) as bar:
-        while worker.is_alive():
+        while not finished.wait(0.2):
             done = int(conn.hlen(keys.results)) + int(conn.llen(keys.dead))
             bar.update(done - bar.n)
-            time.sleep(0.2)
         bar.update(total - bar.n)
 
 
