@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from .model import LoadedModel, ModelError, cache_root
+from .model import INT8, LoadedModel, ModelError, cache_root, quantize_int8
 from .task import Task
 
 CPU_CANDIDATES = ("float32", "bfloat16")
@@ -149,28 +149,12 @@ def convert(loaded: LoadedModel, name: str) -> LoadedModel:
     if name == REFERENCE:
         return loaded
     model = copy.deepcopy(loaded.model)
-    if name == "int8":
-        return dataclasses.replace(loaded, model=quantize_int8(model))
+    if name == INT8:
+        return dataclasses.replace(loaded, model=quantize_int8(model), quantized=INT8)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name)
     if dtype is None:
         raise ModelError(f"unknown dtype candidate {name!r}")
     return dataclasses.replace(loaded, model=model.to(dtype), dtype=dtype)
-
-
-def quantize_int8(model: Any) -> Any:
-    """Dynamic int8 quantization (int8 weights per output channel, activations quantized per pass) of
-    the decoder's linear layers. The output head stays float32: the scorer multiplies only its label
-    rows. CPU only (fbgemm: AVX2, and VNNI where the CPU has it)."""
-    import warnings
-
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    body = model.get_decoder()
-    with warnings.catch_warnings():  # torch.ao's deprecation notice for the eager API: one per layer
-        warnings.simplefilter("ignore")
-        quantize_dynamic(body, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
-    model.eval()
-    return model
 
 
 def calibration_texts(task: Task) -> list[str]:
