@@ -150,3 +150,14 @@ def test_auto_measures_from_float32_only(tiny: LoadedModel, tmp_path: Path) -> N
     half = autodtype.convert(tiny, "bfloat16")
     with pytest.raises(ModelError, match="float32"):
         _choose(half, tmp_path, _timer({}, []))
+
+
+def test_load_measures_only_for_auto(tiny_dir: Path, tmp_path: Path) -> None:
+    task = load_task()
+    loaded, decision = autodtype.load(
+        str(tiny_dir), task, lambda m: Engine(m, task), dtype="float32", cache_dir=tmp_path
+    )
+    assert decision is None and loaded.dtype == torch.float32 and not list(tmp_path.iterdir())
+    loaded, decision = autodtype.load(str(tiny_dir), task, lambda m: Engine(m, task), cache_dir=tmp_path)
+    assert decision is not None and loaded.dtype_name == decision.chosen
+    assert decision.key["model"] == autodtype.model_digest(str(tiny_dir))

@@ -331,3 +331,22 @@ def _cpu_field(name: str) -> str:
         if key.strip() == name:
             return value.strip()
     return ""
+
+
+def load(
+    model: str,
+    task: Task,
+    make_engine: MakeEngine,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    cache_dir: Path | None = None,
+) -> tuple[LoadedModel, Decision | None]:
+    """Load ``model`` in ``dtype``; for ``auto``, in the dtype measured (or cached) for this machine."""
+    from .model import load_model, resolve_source
+
+    if dtype != "auto":
+        return load_model(model, dtype=dtype, device=device), None
+    loaded = load_model(model, dtype="float32", device=device)
+    source, _ = resolve_source(model)
+    return choose(loaded, task, make_engine, source=source, cache_dir=cache_dir)
