@@ -1,6 +1,6 @@
 """Build the small data files bundled in worker/data/ (see worker/data/README.md).
 
-- ``sample_tickets.jsonl``: the demo stream. 240 synthetic tickets (worker.synthetic, seed 7) and 60 real
+- ``sample_tickets.jsonl``: the demo stream. 240 synthetic tickets (tools.synthetic, seed 7) and 60 real
   Banking77 queries (20 per routing class), shuffled together.
 - ``banking77_eval.csv``: 400 real Banking77 queries for accuracy evaluation, stratified by routing class
   (134 / 133 / 133) and spread evenly over the intents within each class.
@@ -9,7 +9,7 @@ Banking77 rows come from its test split mapped through routing_map.json; intents
 left out. The eval rows and the demo's real rows do not overlap. Everything is seeded, so running this
 again over the same inputs gives byte-identical files:
 
-    python scripts/build_sample.py [--banking77 ../shared/data/banking77] [--out worker/data]
+    python -m tools.build_sample [--banking77 ../shared/data/banking77] [--out worker/data]
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a plain checkout, without installing the project
+from tools.synthetic import LABELS, generate
 
-from worker.synthetic import LABELS, generate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SEED = 7
 SYNTHETIC_TICKETS = 240

@@ -1,4 +1,4 @@
-"""``make demo`` / ``python -m worker.demo``: the whole system on the embedded defaults, in one command.
+"""``make demo`` / ``python -m tools.demo``: the whole system on the embedded defaults, in one command.
 
 1. Find a Redis: ``TICKETQ_REDIS_URL``, else 127.0.0.1:6379 when it answers, else a throwaway
    ``redis-server`` on a free port when the binary is installed, else fakeredis's embedded TCP server.
@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -28,56 +24,21 @@ import redis
 
 from producer.client import Client
 from producer.protocol import Keys, Result
+from tools.redis_server import local_redis
 
-SAMPLE = Path(__file__).with_name("data") / "sample_tickets.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "worker" / "data" / "sample_tickets.jsonl"
 PREFIX = "ticketq-demo"
-
-
-def _answers(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
-    except (redis.RedisError, OSError):
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
 def find_redis() -> Iterator[tuple[str, str]]:
     """(url, where it came from), for the demo's lifetime."""
     url = os.environ.get("TICKETQ_REDIS_URL", "redis://127.0.0.1:6379/0")
-    if _answers(url):
-        yield url, "configured" if "TICKETQ_REDIS_URL" in os.environ else "local"
-        return
-    port = _free_port()
-    binary = shutil.which("redis-server")
-    if binary:
-        with tempfile.TemporaryDirectory(prefix="ticketq-demo-") as tmp:
-            cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp]
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                url = f"redis://127.0.0.1:{port}/0"
-                for _ in range(100):
-                    if _answers(url):
-                        break
-                    time.sleep(0.05)
-                yield url, f"redis-server started on port {port}"
-            finally:
-                proc.terminate()
-                proc.wait(10)
-        return
-    from fakeredis import TcpFakeServer
-
-    server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"redis://127.0.0.1:{port}/0", f"embedded fakeredis on port {port}"
-    finally:
-        server.shutdown()
+    with local_redis(try_urls=[url], embedded=True) as (found, how):
+        assert found is not None  # embedded: fakeredis is the last resort
+        if how == "answering":
+            how = "configured" if "TICKETQ_REDIS_URL" in os.environ else "local"
+        yield found, how
 
 
 def load_sample() -> list[dict[str, Any]]:
@@ -87,8 +48,8 @@ def load_sample() -> list[dict[str, Any]]:
 
 def main() -> int:
     from worker import logs
-    from worker.cli import build_service, load_classifier
     from worker.settings import Settings
+    from worker.wiring import build_service, load_classifier
 
     logs.configure("console", "warning")  # the demo prints its own summary; warnings still show
     tickets = load_sample()
@@ -103,8 +64,8 @@ def main() -> int:
         settings = Settings(redis_url=url, prefix=PREFIX, burst=True, log_format="console", drain=64)
         print("Loading the embedded model (the first run converts it once, ~15 s)...", flush=True)
         start = time.perf_counter()
-        classifier, routes, handler = load_classifier(settings)
-        info = classifier.describe()
+        loaded = load_classifier(settings)
+        info = loaded.classifier.describe()
         print(
             f"Model: {info['model']} ({info['dtype']}, {info['device']}, {info.get('threads')} threads), "
             f"ready in {time.perf_counter() - start:.1f} s"
@@ -113,7 +74,7 @@ def main() -> int:
         # Pushed one by one in the order a stream would arrive; the worker drains them in bulk.
         ids = client.push([{k: v for k, v in t.items() if k != "label"} for t in tickets])
         print(f"Pushed {len(ids)} tickets onto {keys.tickets}")
-        service = build_service(settings, classifier, routes, handler)
+        service = build_service(settings, loaded)
         # The service keeps the main thread, as in a real worker (torch runs slower from a side thread);
         # the progress bar watches Redis from a side thread.
         finished = threading.Event()

@@ -1,9 +1,10 @@
-"""A deterministic keyword classifier: a test and demo double for the engine, never the default.
+"""A deterministic keyword classifier: a test double for the engine. Not part of the runtime package.
 
-Selected with ``--model fake:billing,technical,account`` (optionally ``?delay_ms=N`` to make each batch
-slow, so tests can kill a worker mid-batch). It loads in microseconds and needs no torch, which keeps the
-end-to-end tests about the queue rather than the model. A label wins when the text mentions it (or a word
-starting with its first five letters); ties and no match go to the first label.
+A real worker service runs it with ``python -m tools.fakeworker --model fake:billing,technical,account``
+(optionally ``?delay_ms=N`` to make each batch slow, so tests can kill a worker mid-batch). It loads in
+microseconds and needs no torch, which keeps the end-to-end tests about the queue rather than the model.
+A label wins when the text mentions it (or a word starting with its first five letters); ties and no match
+go to the first label.
 
 Test hooks, recognised in the ticket text: ``__raise__`` makes ``classify`` raise (engine failure
 isolation); ``__exit__`` ends the process at once with status 70 (a poison ticket that kills workers).

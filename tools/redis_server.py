@@ -5,7 +5,8 @@ fsyncs the AOF; ``SHUTDOWN NOSAVE`` would be wrong to rely on here) and a start 
 directory. :meth:`RedisServer.crash` is a SIGKILL; with ``fsync="always"`` every acknowledged write
 survives even that. With ``tls`` (a directory holding a self-signed ``cert.pem`` and ``key.pem``) it
 listens for TLS only, and :attr:`RedisServer.url` is a ``rediss://`` URL that trusts that certificate.
-Used by the chaos harness and by the fault tests.
+Used by the chaos harness, the fault tests, and :func:`local_redis`: the one way the tools find a Redis
+(``python -m tools.with_redis`` for the test suite, ``make demo``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import contextlib
 import shutil
 import socket
 import subprocess
+import tempfile
+import threading
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -40,6 +44,7 @@ class RedisServer:
         fsync: str = "everysec",
         tls: Path | None = None,
         binary: str = "redis-server",
+        aof: bool = True,
     ) -> None:
         self.dir = root
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -47,6 +52,7 @@ class RedisServer:
         self.password = password
         self.fsync = fsync
         self.tls = tls
+        self.aof = aof
         self.binary = shutil.which(binary) or binary
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -137,7 +143,7 @@ class RedisServer:
             argv += ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", cert]
             argv += ["--tls-key-file", key, "--tls-ca-cert-file", cert, "--tls-auth-clients", "no"]
         argv += ["--daemonize", "no", "--logfile", "redis.log", "--save", ""]
-        argv += ["--appendonly", "yes", "--appendfsync", self.fsync]
+        argv += ["--appendonly", "yes", "--appendfsync", self.fsync] if self.aof else ["--appendonly", "no"]
         if self.password:
             argv += ["--requirepass", self.password]
         return argv
@@ -163,3 +169,54 @@ class RedisServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def answers(url: str) -> bool:
+    """PING succeeds. A Redis that wants a password we do not have does not count."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def local_redis(
+    *, given: str | None = None, try_urls: Sequence[str] = (), embedded: bool = False
+) -> Iterator[tuple[str | None, str]]:
+    """``(url, how it was found)`` for the ``with`` block; ``url`` is None when there is no Redis.
+
+    First match wins: ``given`` (a URL the user set), as it is; the first of ``try_urls`` that answers; a
+    throwaway ``redis-server`` (free loopback port, no persistence, files in a temporary directory,
+    stopped afterwards, however the block ends); with ``embedded``, fakeredis's TCP server in a thread.
+    """
+    if given:
+        yield given, "given"
+        return
+    for url in try_urls:
+        if answers(url):
+            yield url, "answering"
+            return
+    if shutil.which("redis-server"):
+        with tempfile.TemporaryDirectory(prefix="ticketq-redis-") as tmp:
+            server = RedisServer(Path(tmp), aof=False)
+            server.start()
+            try:
+                yield server.url, f"a throwaway redis-server on port {server.port}"
+            finally:
+                server.crash()  # nothing in it is worth a SHUTDOWN's save
+        return
+    if embedded:
+        from fakeredis import TcpFakeServer
+
+        port = free_port()
+        fake = TcpFakeServer((HOST, port), server_type="redis")
+        threading.Thread(target=fake.serve_forever, daemon=True).start()
+        try:
+            yield f"redis://{HOST}:{port}/0", f"embedded fakeredis on port {port}"
+        finally:
+            fake.shutdown()
+        return
+    yield None, "no Redis answers and there is no redis-server on PATH"

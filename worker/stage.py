@@ -1,6 +1,6 @@
 """Claimed payloads in, results and dead letters out: decode, classify, isolate failures. No Redis.
 
-This is the stage between claim and ack, kept free of I/O so it can be tested with a fake classifier.
+The stage between claim and ack, kept free of I/O so it can be tested with a fake classifier.
 A payload the protocol refuses is dead-lettered with the decoder's reason. If the engine raises on a
 drain, each ticket is retried alone, so one ticket that breaks the engine cannot sink the others.
 """
@@ -9,31 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
-from worker.queue import Finished, Rejected
+from worker.contract import Classifier, Finished, Rejected
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
     from worker.engine.types import BatchStats, Prediction
 
 
-class Classifier(Protocol):
-    """What the service needs from an engine: :class:`worker.engine.Engine` and :mod:`worker.fake` fit."""
-
-    @property
-    def name(self) -> str: ...  # model name, written to Result.model
-
-    @property
-    def labels(self) -> list[str]: ...
-
-    def describe(self) -> dict[str, Any]: ...  # model, dtype, device (and whatever else helps an operator)
-
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]: ...
-
-
 @dataclass
-class Judgement:
+class Outcome:
+    """What one drain came to: results to write, payloads to dead-letter, and what the engine said."""
+
     finished: list[Finished] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     stats: list[BatchStats] = field(default_factory=list)
@@ -53,9 +41,9 @@ def decode_all(
     return good, bad
 
 
-def judge(payloads: Sequence[bytes], classifier: Classifier, worker_id: str) -> Judgement:
+def process(payloads: Sequence[bytes], classifier: Classifier, worker_id: str) -> Outcome:
     good, bad = decode_all(payloads, worker_id)
-    out = Judgement(rejected=bad)
+    out = Outcome(rejected=bad)
     if not good:
         return out
     try:

@@ -5,19 +5,20 @@ ticket exactly as the item-by-item baseline does."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
 import torch
 from tinymodel import build_tiny_llama
 
+from tools.synthetic import generate
 from worker import cli
-from worker.bench.data import DataError, length_sample, read_items, synthetic
+from worker.bench.config import BenchOptions
 from worker.bench.modes import ModeResult, NaiveScorer, decide
 from worker.bench.report import agreement
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel, load_model
+from worker.engine.options import EngineOptions
 from worker.engine.reference import ReferenceScorer
 from worker.engine.task import load_task
 
@@ -78,7 +79,7 @@ def test_quick_bench_runs_every_mode_and_they_agree(tiny_dir, redis_url, prefix,
 
 
 @pytest.mark.redis
-@pytest.mark.e2e
+@pytest.mark.process
 def test_worker_processes_end_to_end(tiny_dir, redis_url, prefix, tmp_path) -> None:
     out = tmp_path / "bench.json"
     flags = ["--quick", "--modes", "engine,end-to-end", "--workers", "0,1", "--json", str(out)]
@@ -99,11 +100,11 @@ def test_a_prefix_in_use_is_refused_and_left_alone(tiny_dir, redis_url, prefix, 
 
 def test_naive_scorer_equals_the_reference(tiny: LoadedModel) -> None:
     engine = Engine(tiny, load_task())
-    judge = ReferenceScorer(tiny.model, tiny.tokenizer, engine.task, engine.prompt)
+    reference = ReferenceScorer(tiny.model, tiny.tokenizer, engine.task, engine.prompt)
     naive = NaiveScorer(engine)
-    for t in synthetic(4, seed=3):
-        assert (naive.logprobs(t.text) - torch.tensor(judge.score_one(t.text))).abs().max() < 1e-4
-    prior, expected = naive.prior(), judge.prior()
+    for t in generate(4, seed=3):
+        assert (naive.logprobs(t.text) - torch.tensor(reference.score_one(t.text))).abs().max() < 1e-4
+    prior, expected = naive.prior(), reference.prior()
     assert prior is not None and expected is not None and (prior - expected).abs().max() < 1e-4
 
 
@@ -115,33 +116,6 @@ def test_bad_flags_and_files_exit_2(tmp_path, capsys) -> None:
     bad.write_text("id,body\n1,hello\n")
     assert cli.main(["bench", "--tickets", str(bad)]) == 2
     assert "missing ['text']" in capsys.readouterr().err
-
-
-def test_length_sample_keeps_the_length_mix() -> None:
-    rng = random.Random(0)
-    lengths = [int(rng.lognormvariate(3.5, 0.8)) for _ in range(600)]
-    picked = length_sample(lengths, 120, seed=1)
-    assert len(picked) == len(set(picked)) == 120 and picked == sorted(picked)
-    whole, part = sorted(lengths), sorted(lengths[i] for i in picked)
-    for q in (0.1, 0.5, 0.9):  # each decile of the subset sits in the same place as in the whole
-        assert abs(part[int(q * 120)] - whole[int(q * 600)]) <= 0.15 * whole[int(q * 600)] + 2
-    assert max(part) >= whole[-6]  # the long tail is represented
-    assert length_sample(lengths[:10], 50) == list(range(10))
-
-
-def test_read_items_jsonl_and_csv(tmp_path) -> None:
-    jl = tmp_path / "t.jsonl"
-    jl.write_text('{"id": "a", "text": " hi "}\n\n{"id": "b", "text": "yo", "label": "billing"}\n')
-    assert [(i.id, i.text, i.label) for i in read_items(jl)] == [("a", "hi", None), ("b", "yo", "billing")]
-    csv = tmp_path / "t.csv"
-    csv.write_text('\ufeffid,text,label\nx,"one, two",account\n')
-    assert [(i.id, i.text, i.label) for i in read_items(csv)] == [("x", "one, two", "account")]
-    csv.write_text("id,text\nx,a\nx,b\n")
-    with pytest.raises(DataError, match="duplicate id"):
-        read_items(csv)
-    jl.write_text('{"id": "a"}\n')
-    with pytest.raises(DataError, match="line 1: missing or empty text"):
-        read_items(jl)
 
 
 def test_agreement_lists_flips_on_common_tickets_only() -> None:
@@ -157,9 +131,9 @@ def test_a_disturbed_mode_is_run_again_and_the_quietest_run_kept(monkeypatch) ->
 
     monkeypatch.setattr(runner, "_wait_quiet", lambda *a: None)
     noise = iter([0.5, 0.3, 0.4])
-    opts = runner.Options(
-        modes=["engine"], workers=[0], baseline_n=8, seed=0, batch_size=32, max_batch_tokens=8192, drain=256,
-        model="m", task=None, redis_url="redis://x", prefix=None, noise_limit=0.1, retries=2, quiet_wait_s=0,
+    opts = BenchOptions(
+        modes=["engine"], workers=[0], baseline_n=8, seed=0, engine=EngineOptions(), drain=256,
+        redis_url="redis://x", prefix=None, noise_limit=0.1, retries=2, quiet_wait_s=0,
     )  # fmt: skip
 
     def run() -> ModeResult:

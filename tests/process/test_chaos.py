@@ -2,28 +2,23 @@
 connections killed from the server, Redis restarted and, for a second, full; still nothing lost and
 nothing in flight.
 
-The large run, and how to repeat it, is in docs/chaos.md (``scripts/chaos.py``).
+The large run, and how to repeat it, is in docs/chaos.md (``python -m tools.chaos``).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
+from support import need_binary
 
-from worker.chaos.cli import render
-from worker.chaos.run import Config, run
+from tools.chaos.cli import render
+from tools.chaos.run import Config, run
 
-pytestmark = [pytest.mark.redis, pytest.mark.e2e]
+pytestmark = [pytest.mark.redis, pytest.mark.process]
 
 
 @pytest.fixture(scope="module")
 def redis_server_binary() -> None:
-    if shutil.which("redis-server") is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("redis-server is not installed; the chaos test needs its own server")
-        pytest.skip("redis-server is not installed")
+    need_binary("redis-server")  # the chaos run starts (and restarts) a server of its own
 
 
 @pytest.mark.timeout(90)

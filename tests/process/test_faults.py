@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -19,19 +18,20 @@ from typing import Any
 
 import pytest
 import redis
-from support import wait_for
+from support import need_binary, wait_for
 
 from producer.client import Client
 from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Keys, Result, payload_digest
-from worker.chaos.fleet import Fleet, WorkerProc
-from worker.chaos.server import RedisServer
+from tools.chaos.fleet import Fleet, WorkerProc
+from tools.redis_server import RedisServer
 from worker.errors import TransientError
 from worker.queue import RedisQueue, connect
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.process]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAKE = "fake:billing,technical,account"
+FAKEWORKER = "tools.fakeworker"  # the real service with the fake classifier
 KEYS = Keys("{faults}")  # on the throwaway servers; the shared one gets a fresh prefix per test
 MB = 1024 * 1024
 
@@ -121,17 +121,10 @@ def test_a_claim_stops_at_its_byte_budget_whatever_producers_push(
 # -- throwaway servers and real workers ------------------------------------------------------------------
 
 
-def _need(binary: str) -> None:
-    if shutil.which(binary) is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{binary} is not installed")
-        pytest.skip(f"{binary} is not installed")
-
-
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     """Makes redis-servers (not started) on free loopback ports; every one is killed afterwards."""
-    _need("redis-server")
+    need_binary("redis-server")
     made: list[RedisServer] = []
 
     def make(**kwargs: Any) -> RedisServer:
@@ -146,13 +139,15 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 @pytest.fixture
 def fleets(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
-    """Makes fleets of ``python -m worker`` processes; any still running afterwards is killed."""
+    """Makes fleets of fake-model worker processes; any still running afterwards is killed."""
     made: list[Fleet] = []
 
     def make(url: str, *flags: str, prefix: str = KEYS.prefix, name_clients: bool = True) -> Fleet:
         logs = tmp_path / f"logs-{len(made)}"
         logs.mkdir()
-        fleet = Fleet(url, prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients)
+        fleet = Fleet(
+            url, prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients, module=FAKEWORKER
+        )
         made.append(fleet)
         return fleet
 
@@ -173,7 +168,7 @@ def events(worker: WorkerProc, name: str) -> list[dict[str, Any]]:
 def cli(url: str, *args: str | bytes, stdin: bytes | None = None) -> bytes:
     """redis-cli, the way an outside user would push; ``-x`` reads the last argument from ``stdin``.
     Returns what it printed: the reply, or the error (redis-cli exits 0 on a refused command)."""
-    _need("redis-cli")
+    need_binary("redis-cli")
     argv = [b"redis-cli", b"-u", url.encode(), *(a.encode() if isinstance(a, str) else a for a in args)]
     return subprocess.run(argv, input=stdin, capture_output=True, check=True, timeout=30).stdout
 
@@ -428,7 +423,7 @@ def test_a_password_in_the_url_works_and_never_reaches_the_logs(
 def test_a_tls_url_with_a_password_works_and_the_password_is_not_logged(
     servers: Callable[..., RedisServer], fleets: Callable[..., Fleet], tmp_path: Path
 ) -> None:
-    _need("openssl")
+    need_binary("openssl")
     tls = tmp_path / "tls"
     tls.mkdir()
     argv = [

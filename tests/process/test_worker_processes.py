@@ -1,4 +1,5 @@
-"""Real worker processes (``python -m worker`` with the fake engine), fed and read with redis-cli.
+"""Real worker processes (``python -m tools.fakeworker``: the service with the fake classifier), fed and
+read with redis-cli.
 
 They are killed with SIGKILL mid-batch, stopped with SIGTERM (once and twice) and fed a poison ticket,
 and every test checks the one invariant that matters: every ticket ends with a result or a dead letter,
@@ -8,7 +9,6 @@ none is lost and none stays in flight.
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,21 +17,20 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import wait_for
+from support import need_binary, wait_for
 
 from producer.protocol import DeadLetter, Keys, Result
 
-pytestmark = [pytest.mark.redis, pytest.mark.e2e]
+pytestmark = [pytest.mark.redis, pytest.mark.process]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAKE = "fake:billing,technical,account"
-needs_cli = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
 
 
 class Worker:
     def __init__(self, redis_url: str, keys: Keys, log: Path, *flags: str) -> None:
         self.log = log
-        cmd = [sys.executable, "-m", "worker", "--redis-url", redis_url, "--prefix", keys.prefix]
+        cmd = [sys.executable, "-m", "tools.fakeworker", "--redis-url", redis_url, "--prefix", keys.prefix]
         cmd += ["--log-format", "json", *flags]
         if "--model" not in flags:
             cmd += ["--model", FAKE]
@@ -57,8 +56,9 @@ def accounted(r: redis.Redis, keys: Keys, n: int) -> None:
     assert not list(r.scan_iter(match=f"{keys.prefix}:inflight:*"))
 
 
-@needs_cli
 def test_a_burst_worker_reads_what_redis_cli_pushed(redis_url: str, keys: Keys, tmp_path: Path) -> None:
+    need_binary("redis-cli")
+
     def cli(*args: str) -> str:
         return subprocess.run(
             ["redis-cli", "-u", redis_url, *args], check=True, capture_output=True, text=True

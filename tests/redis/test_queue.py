@@ -13,8 +13,9 @@ from support import finished
 
 from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
 from worker import lua
+from worker.contract import Rejected
 from worker.errors import TransientError
-from worker.queue import RedisQueue, Rejected, connect
+from worker.queue import RedisQueue, connect
 
 pytestmark = pytest.mark.redis
 

@@ -13,12 +13,13 @@ from structlog.testing import capture_logs
 from support import proxied_url, wait_for
 
 from producer.protocol import DeadLetter, Keys, Result
+from worker.engine.options import EngineOptions
 from worker.errors import Backoff
 from worker.heartbeat import Heartbeat
-from worker.judge import judge
 from worker.queue import RedisQueue, connect
 from worker.service import Service
 from worker.settings import Settings
+from worker.stage import process
 
 pytestmark = pytest.mark.redis
 
@@ -34,7 +35,13 @@ def make_service(
     url: str, keys: Keys, classifier: object, *, burst: bool = True, heartbeat: bool = False, **kw: object
 ) -> Service:
     settings = Settings(
-        redis_url=url, prefix=keys.prefix, burst=burst, worker_id="w1", drain=16, batch_size=4, **kw
+        redis_url=url,
+        prefix=keys.prefix,
+        burst=burst,
+        worker_id="w1",
+        drain=16,
+        engine=EngineOptions(batch_size=4),
+        **kw,
     )
     queue = RedisQueue(connect(url), keys, "w1")
     beat = Heartbeat(RedisQueue(connect(url), keys, "w1"), 5.0, 0.5, {"model": "fake"}) if heartbeat else None
@@ -71,7 +78,7 @@ def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier:
     raws = [
         json.dumps({"id": f"t{i}", "text": t}).encode() for i, t in enumerate(["fine", "boom here", "ok too"])
     ]
-    verdict = judge(raws, fake_classifier, "w1")
+    verdict = process(raws, fake_classifier, "w1")
     assert [f.result.id for f in verdict.finished] == ["t0", "t2"]
     (rejected,) = verdict.rejected
     assert rejected.letter.id == "t1" and rejected.letter.reason.startswith(

@@ -17,7 +17,7 @@ import yaml
 
 tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml with tomllib")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 APP_DIR = "/app"  # the Dockerfile's WORKDIR, where the repository's files are copied
 COMMAND = re.compile(r"(?<![\w./-])ticketq-[a-z][a-z-]*")
 ENV_NAME = re.compile(r"TICKETQ_[A-Z][A-Z0-9_]*")

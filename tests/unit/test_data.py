@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from producer.protocol import decode_ticket
-from worker.synthetic import LABELS
+from tools.synthetic import LABELS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "worker" / "data"
 BANKING77 = Path(os.environ.get("TICKETQ_BANKING77_DIR", ROOT.parent / "shared" / "data" / "banking77"))
 
@@ -59,8 +59,7 @@ def test_eval_rows_are_stratified_and_apart_from_the_demo() -> None:
 
 @pytest.mark.skipif(not (BANKING77 / "test.csv").is_file(), reason=f"Banking77 not found at {BANKING77}")
 def test_builder_reproduces_the_committed_files(tmp_path: Path) -> None:
-    script = ROOT / "scripts" / "build_sample.py"
-    cmd = [sys.executable, str(script), "--banking77", str(BANKING77), "--out", str(tmp_path)]
-    subprocess.run(cmd, check=True, capture_output=True)
+    cmd = [sys.executable, "-m", "tools.build_sample", "--banking77", str(BANKING77), "--out", str(tmp_path)]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     for name in ("sample_tickets.jsonl", "banking77_eval.csv"):
         assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), f"{name} differs: rebuild it"

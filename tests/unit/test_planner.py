@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.engine.planner import PACK, PAD, plan_batches
+from worker.engine.options import EngineOptions
+from worker.engine.planner import PACK, PAD
+from worker.engine.planner import plan_batches as _plan_batches
+
+_O = EngineOptions()
+
+
+def plan_batches(lengths: list[int], **kw: Any) -> list[Any]:
+    """The planner with the engine's default budgets, unless a test sets its own."""
+    budgets = {"max_items": _O.batch_size, "max_tokens": _O.max_batch_tokens, "max_row_len": _O.max_row_len}
+    return _plan_batches(lengths, **{**budgets, **kw})
 
 
 def _check(lengths: list[int], plans, max_items: int, max_tokens: int) -> None:

@@ -7,11 +7,13 @@ import io
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import structlog
 
 from worker import cli, logs
+from worker.engine.options import EngineOptions
 from worker.errors import ConfigError
 from worker.settings import Settings, add_arguments, from_args, mask_url
 
@@ -24,22 +26,17 @@ def parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
 
 def test_defaults() -> None:
     s = parse([])
-    assert (s.redis_url, s.prefix, s.drain, s.batch_size, s.max_batch_tokens, s.max_wait_ms) == (
+    assert (s.redis_url, s.prefix, s.drain, s.max_wait_ms, s.burst) == (
         "redis://127.0.0.1:6379/0",
         "ticketq",
         256,
-        32,
-        8192,
         50,
-    )
-    assert (s.model, s.dtype, s.device, s.task, s.threads, s.burst) == (
-        "smollm2",
-        "auto",
-        "auto",
-        None,
-        None,
         False,
     )
+    assert s.engine == EngineOptions()  # every engine default lives there, once
+    e = s.engine
+    assert (e.model, e.dtype, e.device, e.task, e.threads) == ("smollm2", "auto", "auto", None, None)
+    assert (e.batch_size, e.max_batch_tokens, e.max_row_len, e.max_ticket_tokens) == (32, 8192, 128, 512)
     assert (s.heartbeat_s, s.max_attempts, s.routes) == (15.0, 3, ())
 
 
@@ -51,7 +48,7 @@ def test_flags_win_over_env_which_wins_over_defaults() -> None:
         "TICKETQ_ROUTES": "a=q1,b=q2",
     }
     s = parse(["--drain", "128"], env)
-    assert (s.drain, s.batch_size, s.burst, s.routes) == (128, 8, True, (("a", "q1"), ("b", "q2")))
+    assert (s.drain, s.engine.batch_size, s.burst, s.routes) == (128, 8, True, (("a", "q1"), ("b", "q2")))
     assert parse(["--route", "x=qx", "--route", "y=qy"], env).routes == (("x", "qx"), ("y", "qy"))
 
 
@@ -122,9 +119,26 @@ def test_run_is_the_default_command_and_the_engine_is_not_imported_for_it() -> N
 
 
 def test_routes_without_a_handler_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import fakeworker
+
     argv = ["--model", "fake:a,b", "--route", "a=q", "--burst", "--log-format", "json"]
-    assert cli.main(argv) == 2
+    assert fakeworker.main(argv) == 2
     structlog.reset_defaults()
+
+
+def test_engine_flags_come_from_one_options_class_with_their_defaults_in_the_help() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    helps = {a.dest: a.help or "" for a in parser._actions}
+    defaults = EngineOptions()
+    assert helps["batch_size"].endswith(f"(default {defaults.batch_size}) [env TICKETQ_BATCH_SIZE]")
+    assert helps["max_batch_tokens"].endswith(
+        f"(default {defaults.max_batch_tokens}) [env TICKETQ_MAX_BATCH_TOKENS]"
+    )
+    s = parse(["--batch-size", "8"], {"TICKETQ_MAX_ROW_LEN": "96", "TICKETQ_DTYPE": "float32"})
+    assert s.engine == replace(defaults, batch_size=8, max_row_len=96, dtype="float32")
+    with pytest.raises(ConfigError, match="max-batch-tokens"):
+        parse(["--max-batch-tokens", "8"])
 
 
 def test_other_commands_dispatch_to_their_module_and_missing_ones_are_skipped(

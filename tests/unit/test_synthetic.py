@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from producer.protocol import decode_ticket
-from worker.synthetic import LABELS, MAX_WORDS, SyntheticTicket, generate
+from tools.synthetic import LABELS, MAX_WORDS, SyntheticTicket, generate
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +67,10 @@ def test_zero_and_negative() -> None:
 
 def test_command_line_writes_jsonl() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "worker.synthetic", "30", "--seed", "4"],
+        [sys.executable, "-m", "tools.synthetic", "30", "--seed", "4"],
         check=True,
         capture_output=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     ).stdout
     rows = [json.loads(line) for line in out.decode("utf-8").splitlines()]
     assert rows == [{"id": t.id, "text": t.text, "label": t.label} for t in generate(30, seed=4)]

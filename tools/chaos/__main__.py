@@ -1,5 +1,5 @@
-"""``python -m worker.chaos``: see :mod:`worker.chaos.cli`."""
+"""``python -m tools.chaos``: see :mod:`tools.chaos.cli`."""
 
-from worker.chaos.cli import main
+from tools.chaos.cli import main
 
 raise SystemExit(main())

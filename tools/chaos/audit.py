@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from producer.protocol import DeadLetter, Keys, Result, payload_digest
-from worker.chaos.feed import BAD, RIVAL, Planned
+from tools.chaos.feed import BAD, RIVAL, Planned
 
 _SHOW = 10  # examples of each problem kept for the report
 

@@ -1,4 +1,4 @@
-"""``python -m worker.chaos`` / ``scripts/chaos.py``: flags, the run, the printed summary, the exit code.
+"""``python -m tools.chaos``: flags, the run, the printed summary, the exit code.
 
 Exit 0 when the promise held; 1 when anything was lost or ended wrongly, something stayed behind, the
 run did not settle, the canaries were not served, or a worker exited unasked; 2 on bad flags.
@@ -13,14 +13,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from worker.chaos.run import FAKE, Config, Summary, run
+from tools.chaos.run import FAKE, Config, Summary, run
 
 _D = Config()
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="scripts/chaos.py",
+        prog="python -m tools.chaos",
         description="Kill workers, their connections and Redis while tickets flow; prove none is lost.",
     )
     add = p.add_argument

@@ -1,6 +1,6 @@
 """What the harness pushes, and the producer threads that push it through Redis restarts.
 
-Good tickets are synthetic (:mod:`worker.synthetic`). A few payloads (``bad_rate``) are malformed in a
+Good tickets are synthetic (:mod:`tools.synthetic`). A few payloads (``bad_rate``) are malformed in a
 way whose dead-letter reason is known in advance, and every malformed payload is unique, so its
 dead letter can be matched by the payload itself (``key``). Two more shapes test the duplicate rule:
 *twins* (the same bytes pushed twice: one result, nothing dead) and *rivals* (two payloads sharing an
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import redis
 
 from producer.protocol import MAX_PAYLOAD_BYTES, MAX_TEXT_CHARS, payload_digest
-from worker import synthetic
+from tools import synthetic
 
 GOOD, BAD, TWIN, RIVAL = "good", "bad", "twin", "rival"
 

@@ -1,4 +1,5 @@
-"""Real worker processes (``python -m worker``), each with its own id, Redis client name and log file.
+"""Real worker processes (``python -m worker``, or ``python -m tools.fakeworker`` for the fake model), each
+with its own id, Redis client name and log file.
 
 The client name (``?client_name=`` in the URL, which redis-py passes on) is the worker id, so the
 harness can find one worker's connections in ``CLIENT LIST`` and kill exactly those. Every exit is
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-_ROOT = Path(__file__).resolve().parents[2]  # the checkout, so `python -m worker` works uninstalled
+_ROOT = Path(__file__).resolve().parents[2]  # the checkout: `python -m tools.fakeworker` runs from there
 
 
 def with_client_name(url: str, name: str) -> str:
@@ -66,6 +67,7 @@ class Fleet:
     log_dir: Path
     flags: Sequence[str]
     python: str = sys.executable
+    module: str = "worker"  # what ``python -m`` runs: "worker", or "tools.fakeworker" for the fake model
     name_clients: bool = True  # CLIENT SETNAME each connection to the worker id (needs that command)
     workers: list[WorkerProc] = field(default_factory=list)
 
@@ -73,7 +75,7 @@ class Fleet:
         """Start one more worker; ``extra`` flags add to (and, coming last, override) the fleet's."""
         wid = f"chaos-w{len(self.workers) + 1:03d}"
         url = with_client_name(self.url, wid) if self.name_clients else self.url
-        cmd = [self.python, "-m", "worker", "--redis-url", url]
+        cmd = [self.python, "-m", self.module, "--redis-url", url]
         cmd += ["--prefix", self.prefix, "--worker-id", wid, "--log-format", "json", *self.flags, *extra]
         log = self.log_dir / f"{wid}.log"
         with log.open("wb") as out:

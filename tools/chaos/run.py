@@ -21,10 +21,10 @@ from typing import Any
 import redis
 
 from producer.protocol import Keys
-from worker.chaos.audit import Verdict, audit, log_totals
-from worker.chaos.feed import GOOD, Planned, Producer, plan, wire
-from worker.chaos.fleet import Fleet, WorkerProc
-from worker.chaos.server import RedisServer
+from tools.chaos.audit import Verdict, audit, log_totals
+from tools.chaos.feed import GOOD, Planned, Producer, plan, wire
+from tools.chaos.fleet import Fleet, WorkerProc
+from tools.redis_server import RedisServer
 
 FAKE = "fake:billing,technical,account"
 PREFIX = "chaos"
@@ -102,7 +102,8 @@ def _run_in(cfg: Config, root: Path, say: Callable[[str], None]) -> Summary:
     keys = Keys(PREFIX)
     server = RedisServer(root / "redis", fsync="always" if cfg.hard_restarts else "everysec")
     (root / "logs").mkdir(exist_ok=True)
-    fleet = Fleet(server.url, PREFIX, root / "logs", _worker_flags(cfg))
+    module = "tools.fakeworker" if cfg.model.startswith("fake:") else "worker"
+    fleet = Fleet(server.url, PREFIX, root / "logs", _worker_flags(cfg), module=module)
     problems: list[str] = []
     try:
         server.start()
