@@ -15,6 +15,7 @@ from worker.engine.model import (
     resolve_device,
     resolve_dtype,
 )
+from worker.engine.threads import apply as apply_threads
 
 
 def test_embedded_gguf_is_found_without_importing_its_package() -> None:
@@ -73,3 +74,12 @@ def test_a_local_directory_loads_like_a_hub_model(tiny_dir: Path) -> None:
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="cannot load model"):
         load_model(str(tmp_path / "nowhere"), dtype="float32")
+
+
+def test_an_operator_choice_wins() -> None:
+    before = torch.get_num_threads()
+    try:
+        chosen = apply_threads(1)
+        assert chosen.threads == 1 and torch.get_num_threads() == 1 and "operator" in chosen.reason
+    finally:
+        torch.set_num_threads(before)

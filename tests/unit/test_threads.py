@@ -42,14 +42,3 @@ def test_usable_cores_is_at_least_one_and_at_most_the_cpus() -> None:
 
     n = threads.usable_cores()
     assert 1 <= n <= (os.cpu_count() or 1)
-
-
-def test_an_operator_choice_wins() -> None:
-    import torch
-
-    before = torch.get_num_threads()
-    try:
-        chosen = threads.apply(1)
-        assert chosen.threads == 1 and torch.get_num_threads() == 1 and "operator" in chosen.reason
-    finally:
-        torch.set_num_threads(before)
