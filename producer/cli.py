@@ -1,4 +1,5 @@
-"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters.
+"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters;
+record corrections (``label``, ``corrections``) and manage published heads (``heads``, ``publish-head``).
 
 Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header that has ``id`` and
 ``text`` (other columns are passed through to the result as ``fields``). Every ticket is validated
@@ -13,13 +14,14 @@ import io
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
 import redis
 
-from producer.client import Client, encode
+from producer.client import Client, LabelError, encode
 from producer.protocol import DEFAULT_PREFIX, BadTicket
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -34,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     client = Client.from_url(args.redis_url, args.prefix, socket_connect_timeout=5)
     try:
         return int(args.func(client, args))
-    except InputError as exc:
+    except (InputError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
         return 2
     except redis.ConnectionError as exc:
@@ -72,6 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
     dead.add_argument("--limit", type=int, default=20)
     dead.set_defaults(func=cmd_dead)
+    label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
+    label.add_argument("id", metavar="ID")
+    label.add_argument("label", metavar="LABEL")
+    label.add_argument("--by", default=None, help="who corrected it (default $USER)")
+    label.set_defaults(func=cmd_label)
+    corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
+    corrections.set_defaults(func=cmd_corrections)
+    heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
+    heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    heads.set_defaults(func=cmd_heads)
+    publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
+    publish.add_argument("file", metavar="FILE")
+    publish.add_argument("--by", default=None, help="who published it (default $USER)")
+    publish.set_defaults(func=cmd_publish_head)
     return parser
 
 
@@ -178,4 +194,49 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
 def cmd_dead(client: Client, args: argparse.Namespace) -> int:
     for letter in client.dead(args.limit):
         print(letter.to_json())
+    return 0
+
+
+def cmd_label(client: Client, args: argparse.Namespace) -> int:
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    correction = client.label(args.id, args.label, by=by)
+    was = f" (was {correction.was})" if correction.was is not None else ""
+    print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
+    return 0
+
+
+def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
+    for c in sorted(client.correction_records(), key=lambda c: (c.at, c.id)):
+        print(json.dumps({"id": c.id, **json.loads(c.to_json())}, ensure_ascii=False))
+    return 0
+
+
+def cmd_heads(client: Client, args: argparse.Namespace) -> int:
+    versions = client.head_versions()
+    if args.json:
+        for v in versions:
+            print(v.to_json())
+        return 0
+    if not versions:
+        print("no head published", file=sys.stderr)
+        return 0
+    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  BY")
+    for v in versions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.at))
+        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or ''}")
+    return 0
+
+
+def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise InputError(f"{args.file}: {exc.strerror}") from None
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    try:
+        version = client.publish_head(data, by=by)
+    except ValueError as exc:
+        raise InputError(f"{args.file}: {exc}") from None
+    print(f"published {args.file} as head version {version}", file=sys.stderr)
     return 0

@@ -106,7 +106,9 @@ def build_service(
 
     keys = Keys(settings.prefix)
     client = connect(settings.redis_url, socket_timeout=_SOCKET_TIMEOUT_S)
-    queue = RedisQueue(client, keys, settings.worker_id, max_attempts=settings.max_attempts)
+    queue = RedisQueue(
+        client, keys, settings.worker_id, max_attempts=settings.max_attempts, keep_text_s=settings.keep_text_s
+    )
     # The heartbeat gets its own connection so a long batch or a blocked claim never delays it.
     beat_queue = RedisQueue(connect(settings.redis_url), keys, settings.worker_id)
     heartbeat = Heartbeat(
@@ -118,7 +120,13 @@ def build_service(
         from worker.routing import Router
 
         hook = Router(client, routes, settings.route_handler or handler or "")
-    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook)
+    from worker.headwatch import HeadWatch
+
+    def loaded(version: str) -> None:  # stats and the dashboard show which head each worker runs
+        heartbeat.info["head_version"] = version
+
+    heads = HeadWatch(client, keys, classifier, on_loaded=loaded)
+    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook, heads=heads)
 
 
 def _exists(module: str) -> bool:

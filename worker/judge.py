@@ -58,11 +58,12 @@ def judge(payloads: Sequence[bytes], classifier: Classifier, worker_id: str) -> 
     out = Judgement(rejected=bad)
     if not good:
         return out
+    how = decided_by(classifier)
     try:
         predictions, stats = _classify(classifier, [t.text for _, t in good])
         out.stats += stats
         out.finished += [
-            _finish(raw, t, p, classifier.name, worker_id)
+            _finish(raw, t, p, classifier.name, worker_id, how)
             for (raw, t), p in zip(good, predictions, strict=True)
         ]
     except Exception as exc:  # any engine failure: fall back to one ticket at a time
@@ -76,7 +77,7 @@ def judge(payloads: Sequence[bytes], classifier: Classifier, worker_id: str) -> 
                 out.rejected.append(Rejected(raw, DeadLetter(reason, raw, worker=worker_id, id=ticket.id)))
                 continue
             out.stats += stats
-            out.finished.append(_finish(raw, ticket, prediction, classifier.name, worker_id))
+            out.finished.append(_finish(raw, ticket, prediction, classifier.name, worker_id, how))
     return out
 
 
@@ -87,7 +88,26 @@ def _classify(classifier: Classifier, texts: list[str]) -> tuple[list[Prediction
     return predictions, stats
 
 
-def _finish(raw: bytes, ticket: Ticket, prediction: Prediction, model: str, worker_id: str) -> Finished:
+def decided_by(classifier: Classifier) -> dict[str, Any]:
+    """The result fields naming how labels are decided: ``method``, and the head's id and version.
+
+    Read once per drain: a new head is loaded only between drains, so one drain has one head."""
+    if not hasattr(classifier, "head"):
+        return {}
+    head = classifier.head
+    if head is None:
+        return {"method": "zero-shot"}
+    return {"method": "head", "head": head.id, "head_version": head.version}
+
+
+def _finish(
+    raw: bytes,
+    ticket: Ticket,
+    prediction: Prediction,
+    model: str,
+    worker_id: str,
+    how: dict[str, Any],
+) -> Finished:
     result = Result(
         id=ticket.id,
         label=prediction.label,
@@ -96,6 +116,7 @@ def _finish(raw: bytes, ticket: Ticket, prediction: Prediction, model: str, work
         digest=payload_digest(raw),
         fields=ticket.fields,
         worker=worker_id,
+        **how,
     )
     return Finished(raw, ticket, result)
 

@@ -130,12 +130,14 @@ class RedisQueue:
         *,
         max_attempts: int = 3,
         max_claim_bytes: int = CLAIM_BYTES,
+        keep_text_s: int = 0,
     ) -> None:
         self.redis = client
         self.keys = keys
         self.worker_id = worker_id
         self.max_attempts = max_attempts
         self.max_claim_bytes = max_claim_bytes
+        self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
         self._claim = client.register_script(CLAIM)
         self._recover = client.register_script(RECOVER)
@@ -280,6 +282,11 @@ class RedisQueue:
     ) -> None:
         if writes:
             pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
+        if writes and self.keep_text_s > 0:
+            # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
+            for item in released:
+                if isinstance(item, Finished) and writes.get(item.result.id) is item.result:
+                    pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
         for item in released:

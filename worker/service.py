@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from worker.errors import Backoff, TransientError
+from worker.headwatch import HeadWatch
 from worker.heartbeat import Heartbeat
 from worker.judge import Classifier, Judgement, judge
 from worker.logs import get_logger
@@ -54,6 +55,7 @@ class Service:
         heartbeat: Heartbeat | None = None,
         hook: AckHook | None = None,
         backoff: Backoff | None = None,
+        heads: HeadWatch | None = None,
     ) -> None:
         self.settings = settings
         self.queue = queue
@@ -61,6 +63,7 @@ class Service:
         self.heartbeat = heartbeat
         self.hook = hook
         self.backoff = backoff or Backoff()
+        self.heads = heads  # follows the published head (P:head) between drains
         self.stopping = threading.Event()
         self._signals = 0
         self._log = get_logger("worker.service")
@@ -129,6 +132,8 @@ class Service:
             claimed = self._retry(
                 lambda: self.queue.claim(s.drain, block_s=block_s, max_wait_s=s.max_wait_ms / 1000)
             )
+            if self.heads is not None:  # after the claim: a head published while it blocked labels it
+                self._retry(self.heads.check)
             if not claimed:
                 if s.burst and self._retry(self._input_done):
                     self._log.info("burst_done")

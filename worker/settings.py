@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from producer.protocol import DEFAULT_PREFIX
+from producer.protocol import DEFAULT_KEEP_TEXT_S, DEFAULT_PREFIX
 from worker.errors import ConfigError
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -59,6 +59,7 @@ class Settings:
     route_handler: str | None = None
     heartbeat_s: float = 15.0  # heartbeat TTL; refreshed every heartbeat_s / 5
     max_attempts: int = 3  # dead workers a payload may be in flight on before it is poison
+    keep_text_s: int = DEFAULT_KEEP_TEXT_S  # P:text:<id> TTL, so corrections can be trained on; 0: keep none
 
     def __post_init__(self) -> None:
         problems = [p for p in self._problems() if p]
@@ -81,6 +82,7 @@ class Settings:
             "" if self.log_level in LOG_LEVELS else f"log-level: one of {', '.join(LOG_LEVELS)}",
             "" if 0.5 <= self.heartbeat_s <= 3600 else "heartbeat-s: must be 0.5..3600",
             "" if 1 <= self.max_attempts <= 100 else "max-attempts: must be 1..100",
+            "" if 0 <= self.keep_text_s <= 366 * 86400 else "keep-text-s: must be 0..31622400 (a year)",
         ]
 
     def __repr__(self) -> str:
@@ -118,6 +120,7 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("route-handler", str, "dotted path of the RQ job function for routed tickets"),
     ("heartbeat-s", float, "heartbeat TTL in seconds; a silent worker is recovered after it (default 15)"),
     ("max-attempts", int, "dead workers a ticket may be in flight on before it is dead-lettered (default 3)"),
+    ("keep-text-s", int, "keep each ticket's text this long for corrections; 0 keeps none (default 604800)"),
 ]
 
 
