@@ -29,7 +29,8 @@ key                        type    what                                         
 ``P:text:<id>``            string  the ticket's text (UTF-8, as decoded), written with its       TTL
                                    result in the ack transaction, so a correction can be        (keep-text-s)
                                    trained on. Expires after ``--keep-text-s`` (default 7
-                                   days; 0 keeps none). About 90 bytes + the text per ticket.
+                                   days; 0 keeps none). About 160 bytes + the text per ticket
+                                   (measured on Redis 7.0 with 8-character ids).
 ``P:labels``               hash    ticket id -> correction JSON (see :class:`Correction`):      permanent
                                    the right label, set by :data:`LABEL_SCRIPT` only. It
                                    carries the text, so it outlives ``P:text:<id>``.
