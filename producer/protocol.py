@@ -241,10 +241,9 @@ class Result:
     worker: str = ""
     at: float = field(default_factory=time.time)
     # Optional (absent from older results): how the label was decided, "head" or "zero-shot"; with a head,
-    # its id (a short digest of the head file) and, when it was published through Redis, its version.
+    # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
     method: str | None = None
     head: str | None = None
-    head_version: str | None = None
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -258,9 +257,10 @@ class Result:
             "worker": self.worker,
             "at": round(self.at, 3),
         }
-        for key in ("method", "head", "head_version"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+        if self.method is not None:
+            out["method"] = self.method
+        if self.head is not None:
+            out["head"] = self.head
         return json.dumps(out, ensure_ascii=False)
 
     @classmethod
@@ -277,7 +277,6 @@ class Result:
             at=obj.get("at", 0.0),
             method=_opt_str(obj.get("method")),
             head=_opt_str(obj.get("head")),
-            head_version=_opt_str(obj.get("head_version")),
         )
 
 

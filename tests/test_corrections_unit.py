@@ -24,11 +24,11 @@ def test_new_keys_share_the_prefix_so_a_hash_tag_keeps_them_in_one_slot() -> Non
 
 def test_result_method_and_head_are_optional_on_the_wire() -> None:
     plain = Result("a", "billing", {"billing": 1.0}, "m", "d")
-    assert not {"method", "head", "head_version"} & set(json.loads(plain.to_json()))
+    assert not {"method", "head"} & set(json.loads(plain.to_json()))
     assert Result.from_json(plain.to_json()).method is None  # results of older workers read as before
-    headed = Result("a", "billing", {"billing": 1.0}, "m", "d", method="head", head="9f2c", head_version="4")
+    headed = Result("a", "billing", {"billing": 1.0}, "m", "d", method="head", head="4")
     back = Result.from_json(headed.to_json())
-    assert (back.method, back.head, back.head_version) == ("head", "9f2c", "4")
+    assert (back.method, back.head) == ("head", "4")
 
 
 def test_correction_and_head_version_records_round_trip() -> None:

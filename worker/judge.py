@@ -89,7 +89,7 @@ def _classify(classifier: Classifier, texts: list[str]) -> tuple[list[Prediction
 
 
 def decided_by(classifier: Classifier) -> dict[str, Any]:
-    """The result fields naming how labels are decided: ``method``, and the head's id and version.
+    """The result fields naming how labels are decided: ``method``, and the head (version, else id).
 
     Read once per drain: a new head is loaded only between drains, so one drain has one head."""
     if not hasattr(classifier, "head"):
@@ -97,7 +97,7 @@ def decided_by(classifier: Classifier) -> dict[str, Any]:
     head = classifier.head
     if head is None:
         return {"method": "zero-shot"}
-    return {"method": "head", "head": head.id, "head_version": head.version}
+    return {"method": "head", "head": head.version or head.id}
 
 
 def _finish(
