@@ -2,33 +2,29 @@
 record corrections (``label``, ``corrections``) and manage published heads (``heads``, ``publish-head``).
 
 Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header that has ``id`` and
-``text`` (other columns are passed through to the result as ``fields``). Every ticket is validated
-before any is pushed, so a bad line fails the command with its line number and pushes nothing.
+``text`` (other columns are passed through to the result as ``fields``), read by :mod:`producer.files`.
+Every ticket is validated before any is pushed, so a bad line fails the command with its line number and
+pushes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
 import redis
 
 from producer.client import Client, LabelError, encode
+from producer.files import FORMATS, FileError, parse
 from producer.protocol import DEFAULT_PREFIX, BadTicket
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class InputError(ValueError):
-    """A line of the input that is not a ticket; the message names the line."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -36,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     client = Client.from_url(args.redis_url, args.prefix, socket_connect_timeout=5)
     try:
         return int(args.func(client, args))
-    except (InputError, LabelError) as exc:
+    except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
         return 2
     except redis.ConnectionError as exc:
@@ -61,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")
-    push.add_argument("--format", choices=("auto", "jsonl", "csv"), default="auto")
+    push.add_argument("--format", choices=FORMATS, default="auto")
     push.add_argument("--wait", action="store_true", help="wait for the results and print them as JSONL")
     push.add_argument("--timeout", type=float, default=60.0, help="seconds to wait with --wait (default 60)")
     push.set_defaults(func=cmd_push)
@@ -92,50 +88,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict[str, Any]]:
-    """Every ticket in the input, validated; :class:`InputError` names the first bad line."""
-    text = stream.read()
-    if fmt == "auto":
-        fmt = _sniff(text, name)
-    rows = _jsonl(text) if fmt == "jsonl" else _csv(text)
+    """Every ticket in the input (see :mod:`producer.files`), validated by the protocol's own rules;
+    :class:`FileError` names the first bad line."""
     tickets = []
-    for line, row in rows:
+    for line, row in parse(stream.read(), fmt, name):
         try:
             encode(row)
         except BadTicket as exc:
-            raise InputError(f"line {line}: {exc.reason}") from None
+            raise FileError(f"line {line}: {exc.reason}") from None
         tickets.append(row)
     return tickets
-
-
-def _sniff(text: str, name: str) -> str:
-    if name.endswith(".csv"):
-        return "csv"
-    if name.endswith((".jsonl", ".ndjson", ".json")):
-        return "jsonl"
-    return "jsonl" if text.lstrip().startswith("{") else "csv"
-
-
-def _jsonl(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for line, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise InputError(f"line {line}: not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"line {line}: not a JSON object")
-        yield line, obj
-
-
-def _csv(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or not {"id", "text"} <= set(reader.fieldnames):
-        raise InputError("CSV needs a header with id and text columns")
-    for row in reader:
-        if None in row:
-            raise InputError(f"line {reader.line_num}: more values than header columns")
-        yield reader.line_num, {k: v for k, v in row.items() if v is not None}
 
 
 def cmd_push(client: Client, args: argparse.Namespace) -> int:
@@ -232,11 +194,11 @@ def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
         with open(args.file, "rb") as f:
             data = f.read()
     except OSError as exc:
-        raise InputError(f"{args.file}: {exc.strerror}") from None
+        raise FileError(f"{args.file}: {exc.strerror}") from None
     by = args.by if args.by is not None else os.environ.get("USER") or None
     try:
         version = client.publish_head(data, by=by)
     except ValueError as exc:
-        raise InputError(f"{args.file}: {exc}") from None
+        raise FileError(f"{args.file}: {exc}") from None
     print(f"published {args.file} as head version {version}", file=sys.stderr)
     return 0

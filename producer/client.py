@@ -17,19 +17,21 @@ from typing import Any
 import redis
 from redis.client import PubSub
 
-from producer.protocol import (
-    DEFAULT_PREFIX,
+from producer.learning import (
     HEADS_KEPT,
     LABEL_SCRIPT,
     MAX_BY_BYTES,
     MAX_HEAD_BYTES,
     MAX_LABEL_BYTES,
+    Correction,
+    HeadVersion,
+)
+from producer.protocol import (
+    DEFAULT_PREFIX,
     VERSION,
     BadTicket,
-    Correction,
     DeadLetter,
     Event,
-    HeadVersion,
     Keys,
     Result,
     Ticket,

@@ -26,21 +26,14 @@ key                        type    what                                         
 ``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason}}`` after transient
                                    each acknowledged batch (``ids`` got results, ``dead`` were
                                    dead-lettered), so clients wait without polling.
-``P:text:<id>``            string  the ticket's text (UTF-8, as decoded), written with its       TTL
-                                   result in the ack transaction, so a correction can be        (keep-text-s)
-                                   trained on. Expires after ``--keep-text-s`` (default 7
-                                   days; 0 keeps none). About 160 bytes + the text per ticket
-                                   (measured on Redis 7.0 with 8-character ids).
-``P:labels``               hash    ticket id -> correction JSON (see :class:`Correction`):      permanent
-                                   the right label, set by :data:`LABEL_SCRIPT` only. It
-                                   carries the text, so it outlives ``P:text:<id>``.
-``P:head``                 hash    the published head: ``version`` (decimal string), ``data``   until
-                                   (the head file's bytes), ``at``, ``sha256``, ``by``.         replaced
-                                   Workers read ``version`` before every claim and load
-                                   ``data`` when it changed.
-``P:heads``                list    publish history, newest first: JSON ``{version, at, bytes,   newest
-                                   sha256, by}`` (no data). Trimmed to ``HEADS_KEPT``.          HEADS_KEPT
-``P:head:seq``             string  counter: the last published head version (INCR).            permanent
+``P:text:<id>``            string  the ticket's text, written with its result (same MULTI), so  TTL
+                                   a correction can be trained on. ``--keep-text-s`` (7 days;  (7 days)
+                                   0: none). ~160 bytes + the text each (Redis 7.0).
+``P:labels``               hash    ticket id -> correction JSON, set by ``producer/label.lua``  permanent
+``P:head``                 hash    the published head: version, data (file bytes), at, sha256,  until
+                                   by. Workers read its version after every claim.             replaced
+``P:heads``                list    publish history, newest first, without data.                 bounded
+``P:head:seq``             string  the last published head version (INCR).                     permanent
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -52,10 +45,7 @@ white space) of at most ``MAX_TEXT_CHARS`` characters, without control character
 newline and carriage return. ``v`` (optional) is the format version, 1. Every other field is passed
 through to the result under ``fields``. Anything else is dead-lettered with the reason.
 
-Corrections: a label is recorded by running :data:`LABEL_SCRIPT` (``producer/label.lua``), one EVAL from
-any language (``KEYS``: ``P:results``, ``P:text:<id>``, ``P:labels``; ``ARGV``: id, label, by). It refuses
-an id with no kept text (unknown, or its text expired) and, when the result is there, a label that is
-not one of its scores' labels; errors start with ``TICKETQ``.
+The formats of ``P:labels`` and ``P:heads`` and the label script are in :mod:`producer.learning`.
 
 Duplicate ids: a ticket whose id already has a result is treated as a redelivery when its payload is
 byte-for-byte the same (the result is rewritten, harmlessly), and dead-lettered with the reason
@@ -68,7 +58,6 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 VERSION = 1
@@ -79,14 +68,6 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PREFIX = "ticketq"
 # How long a worker keeps each ticket's text (P:text:<id>) for corrections to be trained on.
 DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600
-MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
-MAX_BY_BYTES = 256
-HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
-MAX_HEAD_BYTES = 64 * 1024 * 1024
-
-#: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
-#: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
-LABEL_SCRIPT = (Path(__file__).parent / "label.lua").read_text(encoding="utf-8")
 
 _ALLOWED_CONTROL = frozenset({"\t", "\n", "\r"})
 
@@ -257,11 +238,8 @@ class Result:
             "worker": self.worker,
             "at": round(self.at, 3),
         }
-        if self.method is not None:
-            out["method"] = self.method
-        if self.head is not None:
-            out["head"] = self.head
-        return json.dumps(out, ensure_ascii=False)
+        extra = {"method": self.method, "head": self.head}
+        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
@@ -275,84 +253,13 @@ class Result:
             fields=obj.get("fields", {}),
             worker=obj.get("worker", ""),
             at=obj.get("at", 0.0),
-            method=_opt_str(obj.get("method")),
-            head=_opt_str(obj.get("head")),
+            method=opt_str(obj.get("method")),
+            head=opt_str(obj.get("head")),
         )
 
 
-def _opt_str(value: Any) -> str | None:
+def opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class Correction:
-    """``P:labels[id]``: the right label of a ticket, as :data:`LABEL_SCRIPT` records it.
-
-    ``text`` is copied from ``P:text:<id>`` when the label is set, so training does not depend on that key's
-    TTL; ``was`` is the label the worker gave (absent when its result was gone); ``by`` who corrected it.
-    """
-
-    id: str
-    label: str
-    text: str
-    at: float = 0.0
-    by: str | None = None
-    was: str | None = None
-
-    def to_json(self) -> str:
-        out: dict[str, Any] = {"label": self.label, "text": self.text, "at": round(self.at, 3)}
-        if self.by is not None:
-            out["by"] = self.by
-        if self.was is not None:
-            out["was"] = self.was
-        return json.dumps(out, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, ticket_id: str, raw: bytes | str) -> Correction:
-        """Raises ``ValueError`` on a record that is not a correction (written by hand, say)."""
-        obj = json.loads(raw)
-        if not isinstance(obj, dict) or not isinstance(obj.get("label"), str):
-            raise ValueError(f"correction for {ticket_id}: no label")
-        if not isinstance(obj.get("text"), str):
-            raise ValueError(f"correction for {ticket_id}: no text")
-        at = obj.get("at", 0.0)
-        return cls(
-            id=ticket_id,
-            label=obj["label"],
-            text=obj["text"],
-            at=float(at) if isinstance(at, (int, float)) else 0.0,
-            by=_opt_str(obj.get("by")),
-            was=_opt_str(obj.get("was")),
-        )
-
-
-@dataclass(frozen=True)
-class HeadVersion:
-    """One entry of ``P:heads``: a published head (its bytes live in ``P:head`` while it is current)."""
-
-    version: str
-    at: float
-    size: int  # bytes
-    sha256: str
-    by: str | None = None
-
-    def to_json(self) -> str:
-        out: dict[str, Any] = {"version": self.version, "at": round(self.at, 3), "bytes": self.size}
-        out["sha256"] = self.sha256
-        if self.by is not None:
-            out["by"] = self.by
-        return json.dumps(out)
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> HeadVersion:
-        obj = json.loads(raw)
-        return cls(
-            version=str(obj["version"]),
-            at=float(obj.get("at", 0.0)),
-            size=int(obj.get("bytes", 0)),
-            sha256=str(obj.get("sha256", "")),
-            by=_opt_str(obj.get("by")),
-        )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from producer.client import Client
-from producer.protocol import Correction
+from producer.learning import Correction
 
 
 class CorrectionsError(ValueError):

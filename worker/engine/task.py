@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (a dependency there, see pyproject.toml)
+    import tomli as tomllib
 
 DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
 
@@ -69,19 +73,6 @@ class Task:
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
-
-    def with_routes(self, routes: dict[str, str], handler: str | None) -> Task:
-        """A copy with command-line routes laid over the file's."""
-        return Task(
-            name=self.name,
-            labels=self.labels,
-            instructions=self.instructions,
-            examples=self.examples,
-            question=self.question,
-            calibrate=self.calibrate,
-            routes={**self.routes, **routes},
-            route_handler=handler or self.route_handler,
-        )
 
 
 def load_task(path: str | Path | None = None) -> Task:

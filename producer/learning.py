@@ -1,0 +1,80 @@
+"""The wire formats of learning from corrections: ``P:labels``, ``P:heads`` and the label script.
+
+The keys are named and documented with all the others in :mod:`producer.protocol`. A correction is
+recorded by :data:`LABEL_SCRIPT` (``producer/label.lua``): one ``EVAL`` from any language, ``KEYS``
+``P:results``, ``P:text:<id>``, ``P:labels`` and ``ARGV`` id, label, by (optional). It refuses an id whose
+text is not kept (unknown, or expired) and, while the result is there, a label that is not one of its
+scores' labels; its errors start with ``TICKETQ``. Standard library only, like the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from producer.protocol import opt_str
+
+MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
+MAX_BY_BYTES = 256
+HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
+MAX_HEAD_BYTES = 64 * 1024 * 1024
+
+#: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
+#: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
+LABEL_SCRIPT = (Path(__file__).parent / "label.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Correction:
+    """``P:labels[id]``: the right label of a ticket, as :data:`LABEL_SCRIPT` records it. ``text`` is copied
+    from ``P:text:<id>`` then (so training outlives that TTL); ``was`` is the worker's label, if known."""
+
+    id: str
+    label: str
+    text: str
+    at: float = 0.0
+    by: str | None = None
+    was: str | None = None
+
+    def to_json(self) -> str:
+        out = {
+            "label": self.label,
+            "text": self.text,
+            "at": round(self.at, 3),
+            "by": self.by,
+            "was": self.was,
+        }
+        return json.dumps({k: v for k, v in out.items() if v is not None}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, ticket_id: str, raw: bytes | str) -> Correction:
+        """Raises ``ValueError`` on a record that is not a correction (written by hand, say)."""
+        obj = json.loads(raw)
+        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ("label", "text")):
+            raise ValueError(f"correction for {ticket_id}: no label or no text")
+        at = obj.get("at")
+        at = float(at) if isinstance(at, (int, float)) else 0.0
+        by, was = opt_str(obj.get("by")), opt_str(obj.get("was"))
+        return cls(ticket_id, obj["label"], obj["text"], at, by, was)
+
+
+@dataclass(frozen=True)
+class HeadVersion:
+    """One entry of ``P:heads``: a published head (its bytes live in ``P:head`` while it is current)."""
+
+    version: str
+    at: float
+    size: int  # bytes; "bytes" on the wire
+    sha256: str
+    by: str | None = None
+
+    def to_json(self) -> str:
+        out = {"version": self.version, "at": round(self.at, 3), "bytes": self.size, "sha256": self.sha256}
+        return json.dumps({**out, "by": self.by} if self.by is not None else out)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> HeadVersion:
+        obj = json.loads(raw)
+        at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
+        return cls(str(obj["version"]), at, size, sha, opt_str(obj.get("by")))
