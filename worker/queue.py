@@ -17,6 +17,7 @@ hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -130,6 +131,8 @@ def transient(fn: Callable[P, T]) -> Callable[P, T]:
             if fatal is not None:
                 raise fatal from exc
             if isinstance(exc, _TRANSIENT):
+                if args and isinstance(args[0], RedisQueue) and args[0].cluster:
+                    args[0].refresh_slots()
                 raise TransientError(f"{type(exc).__name__}: {exc}") from exc
             raise
 
@@ -424,6 +427,12 @@ class RedisQueue:
         cutoff = "" if not self.keep_results_s else repr((now or time.time()) - self.keep_results_s)
         keys = [self.keys.done, self.keys.results, self.keys.dead]
         return int(self._trim(keys=keys, args=[cutoff, _TRIM_BATCH, self.max_dead]))
+
+    def refresh_slots(self) -> None:
+        """Re-read a cluster's slot map after a failure. Plain commands do this inside redis-py, but a
+        transaction's failure does not, and the ack would keep knocking on a dead master."""
+        with contextlib.suppress(redis.RedisError, redis.exceptions.RedisClusterException):
+            self.redis.nodes_manager.initialize()  # type: ignore[attr-defined]
 
     @transient
     def drop_heartbeat(self) -> None:
