@@ -13,26 +13,18 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from producer.protocol import Keys, cluster_prefix
 from worker import settings as settings_mod
-from worker.errors import EXIT_CONFIG, EXIT_MODEL, ConfigError
-from worker.settings import Settings
-
-if TYPE_CHECKING:
-    from worker.judge import Classifier
-    from worker.metrics import Metrics
-    from worker.service import Service
+from worker.errors import EXIT_CONFIG, ConfigError
 
 # command -> module; each module exposes add_arguments(parser) and run(args) -> int
 _COMMANDS = {
     "check": "worker.check",
     "verify": "worker.verify",
-    "bench": "worker.bench",
+    "bench": "worker.bench.cli",
     "eval": "worker.evaluate",
 }
-_SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_service(args: argparse.Namespace) -> int:
-    """Settings, then every check that needs no model (exit 2), then metrics, the model and the loop."""
+    """Settings, then every check that needs no model (exit 2, before torch is imported), then serve."""
     from worker import preflight
 
     try:
@@ -79,95 +71,9 @@ def run_service(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ticketq-worker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    from worker import logs
-    from worker.metrics import Metrics
+    from worker import wiring
 
-    logs.configure(settings.log_format, settings.log_level, bind={"worker_id": settings.worker_id})
-    log = logs.get_logger("worker.cli")
-    metrics = Metrics()
-    if settings.metrics_port is not None:
-        try:  # before the model loads: a scrape during a slow start shows the worker is coming up
-            metrics.serve(settings.metrics_port)
-        except OSError as exc:
-            log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
-            return EXIT_CONFIG
-        log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
-    try:
-        classifier, routes, handler = load_classifier(settings)
-    except Exception as exc:  # one clear log line and exit 1, not a traceback
-        log.error("engine_load_failed", model=settings.model, error=f"{type(exc).__name__}: {exc}")
-        return EXIT_MODEL
-    try:
-        service = build_service(settings, classifier, routes, handler, metrics=metrics)
-    except ValueError as exc:  # e.g. routes without a handler
-        log.error("bad_routes", error=str(exc))
-        return EXIT_CONFIG
-    service.install_signals()
-    return int(service.run())
-
-
-def load_classifier(settings: Settings) -> tuple[Classifier, dict[str, str], str | None]:
-    """The engine and the task file's routes. ``fake:...`` selects the keyword test double."""
-    from worker import fake
-
-    if settings.model.startswith(fake.PREFIX):
-        return fake.KeywordClassifier.from_spec(settings.model, batch_size=settings.batch_size), {}, None
-    from worker.engine import Engine  # torch is imported here, and only here
-
-    engine = Engine.load(
-        model=settings.model,
-        dtype=settings.dtype,
-        device=settings.device,
-        task_path=settings.task,
-        batch_size=settings.batch_size,
-        max_batch_tokens=settings.max_batch_tokens,
-        threads=settings.threads,
-    )
-    return engine, dict(engine.task.routes), engine.task.route_handler
-
-
-def build_service(
-    settings: Settings,
-    classifier: Classifier,
-    routes: dict[str, str],
-    handler: str | None,
-    *,
-    metrics: Metrics | None = None,
-) -> Service:
-    from worker.heartbeat import Heartbeat
-    from worker.metrics import Metrics
-    from worker.queue import RedisQueue, connect
-    from worker.service import Service
-
-    metrics = metrics or Metrics()
-    keys = Keys(cluster_prefix(settings.prefix) if settings.cluster else settings.prefix)
-    client = connect(settings.redis_url, socket_timeout=_SOCKET_TIMEOUT_S, cluster=settings.cluster)
-    queue = RedisQueue(
-        client,
-        keys,
-        settings.worker_id,
-        max_attempts=settings.max_attempts,
-        keep_results_s=settings.keep_results_s,
-        max_dead=settings.max_dead,
-    )
-    # The heartbeat gets its own connection so a long batch or a blocked claim never delays it; it
-    # beats only while the loop makes progress (the watchdog: see worker.heartbeat).
-    beat_queue = RedisQueue(connect(settings.redis_url, cluster=settings.cluster), keys, settings.worker_id)
-    heartbeat = Heartbeat(
-        beat_queue,
-        settings.heartbeat_s,
-        settings.heartbeat_every_s,
-        {"model": classifier.name},
-        stall_timeout_s=settings.stall_timeout,
-        on_progress=metrics.progress.set,
-    )
-    routes = {**routes, **dict(settings.routes)}
-    hook = None
-    if routes:
-        from worker.routing import Router
-
-        hook = Router(client, routes, settings.route_handler or handler or "")
-    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook, metrics=metrics)
+    return wiring.serve(settings)
 
 
 def _exists(module: str) -> bool:

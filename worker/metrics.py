@@ -12,6 +12,7 @@ Per-worker numbers (counters, histograms, this worker's in-flight count) add up 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -74,6 +75,11 @@ class Metrics:
             "ticketq_oldest_ticket_age_seconds",
             "Age of the next ticket to be served, from its enqueued_at (0 when empty or unstamped)",
             registry=reg,
+        )
+        # the age grows between reads of the queue (a long drain reads nothing): computed at scrape time
+        self.oldest_enqueued_at: float | None = None
+        self.oldest.set_function(
+            lambda: max(0.0, time.time() - self.oldest_enqueued_at) if self.oldest_enqueued_at else 0.0
         )
         self.redis_errors = Counter(
             "ticketq_redis_errors", "Redis steps that failed and were retried", registry=reg

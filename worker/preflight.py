@@ -38,18 +38,15 @@ def check(settings: Settings) -> tuple[str, ...]:
 
 
 def _labels(settings: Settings) -> tuple[str, ...]:
-    from worker import fake
-
-    if settings.model.startswith(fake.PREFIX):
-        try:
-            return tuple(fake.KeywordClassifier.from_spec(settings.model).labels)
-        except ValueError as exc:
-            raise ConfigError(f"model: {exc}") from None
-    _check_model(settings.model)
+    engine = settings.engine
+    _check_model(engine.model)
+    head = getattr(engine, "head", None)
+    if head and not Path(head).expanduser().is_file():
+        raise ConfigError(f"head: no such file: {head}")
     from worker.engine.task import TaskError, load_task  # tomllib only, no torch
 
     try:
-        task = load_task(settings.task)
+        task = load_task(engine.task)
     except TaskError as exc:
         raise ConfigError(f"task: {exc}") from None
     if settings.cluster and task.routes:

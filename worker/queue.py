@@ -18,17 +18,14 @@ hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
 from redis.client import Pipeline
-from redis.retry import Retry
 
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
@@ -36,125 +33,24 @@ from producer.protocol import (
     Event,
     Keys,
     Result,
-    Ticket,
     payload_digest,
     peek_id,
 )
-from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError, TransientError
+
+# connect and transient live in worker.connection; re-exported here, where callers have always found them
+from worker.connection import connect, is_cluster, transient
+from worker.contract import Finished, Rejected
+from worker.errors import TransientError
 from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
 
-P = ParamSpec("P")
-T = TypeVar("T")
+__all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
 
 _WATCH_RETRIES = 64
 # Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while
 # producers pushing huge payloads (refused, but read first) cannot make a worker hold more than this plus
 # one payload. Redis's proto-max-bulk-len bounds that one (see docs/threat-model.md).
 CLAIM_BYTES = 256 * MAX_PAYLOAD_BYTES
-
-
 _TRIM_BATCH = 1000  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
-
-
-def connect(url: str, *, socket_timeout: float = 10.0, cluster: bool = False) -> redis.Redis:
-    """A client that fails fast: redis-py's own retries are off because the service backs off itself
-    (logged, interruptible by a stop signal) instead of hanging inside one call.
-
-    With ``cluster``, a :class:`redis.cluster.RedisCluster` seeded from ``url`` (any node). It follows
-    MOVED/ASK redirects and refreshes its slot map after a failover; its own retries are kept small,
-    and what still fails reaches the service's back-off as a :class:`TransientError`. It offers the
-    calls the queue makes (scripts, transactions with WATCH on one slot, blocking moves, pub/sub), so
-    the rest of the code takes it as a ``redis.Redis``.
-    """
-    if cluster:
-        from redis.cluster import RedisCluster
-
-        client: Any = RedisCluster.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=5.0,
-            retry=Retry(NoBackoff(), 1),
-        )
-        return client
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=5.0,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=30,
-    )
-
-
-# Failures that go away without the worker doing anything: a lost or slow connection, a Redis at
-# maxmemory that refuses writes until memory is freed (exiting on that would crash-loop the fleet and
-# count an attempt against every claim each time, turning good tickets into "poison"), and a Redis
-# Cluster in the middle of a failover (slots uncovered, a replica not yet promoted, TRYAGAIN).
-_TRANSIENT = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.ClusterError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.RedisClusterException,
-)
-# ...and failures that never go away by waiting: AuthenticationError is a ConnectionError to redis-py,
-# so these are checked first. A wrong password retried forever looked like an outage in the logs.
-_AUTH = (redis.AuthenticationError, redis.exceptions.AuthorizationError, redis.exceptions.NoPermissionError)
-
-
-def fatal_from(exc: BaseException) -> FatalError | None:
-    """The :class:`FatalError` a Redis exception amounts to, or ``None`` when it is not fatal."""
-    if isinstance(exc, _AUTH):
-        return FatalError(
-            f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=EXIT_AUTH
-        )
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
-        return FatalError(
-            f"a ticketq key holds the wrong type (another program writes under this prefix?): {exc}",
-            cause="wrongtype",
-            exit_code=EXIT_WRONGTYPE,
-        )
-    return None
-
-
-def transient(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn the failures in ``_TRANSIENT`` into :class:`TransientError`, the one thing callers retry,
-    and those no retry can fix into :class:`FatalError`."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            fatal = fatal_from(exc)
-            if fatal is not None:
-                raise fatal from exc
-            if isinstance(exc, _TRANSIENT):
-                if args and isinstance(args[0], RedisQueue) and args[0].cluster:
-                    args[0].refresh_slots()
-                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-            raise
-
-    return wrapper
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A classified ticket, ready to be written."""
-
-    raw: bytes
-    ticket: Ticket
-    result: Result
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A payload to dead-letter."""
-
-    raw: bytes
-    letter: DeadLetter
-
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
 AckHook = Callable[[Pipeline, Sequence[Finished]], None]
@@ -204,7 +100,7 @@ class RedisQueue:
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
         self.stale = 0  # payloads the last claim found already in this worker's list and handed back
         self._holds_nothing = False
-        self.cluster = _is_cluster(client)
+        self.cluster = is_cluster(client)
 
     # -- claim ---------------------------------------------------------------------------------------
 
@@ -463,12 +359,6 @@ class RedisQueue:
             pipe.lindex(self.keys.tickets, -1)
             depth, head = pipe.execute()
         return int(depth), enqueued_at(head)
-
-
-def _is_cluster(client: Any) -> bool:
-    from redis.cluster import RedisCluster
-
-    return isinstance(client, RedisCluster)
 
 
 def enqueued_at(raw: bytes | None) -> float | None:

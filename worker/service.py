@@ -1,4 +1,4 @@
-"""The worker loop: recover orphans -> claim -> judge (decode + engine) -> ack, until told to stop.
+"""The worker loop: recover orphans -> claim -> stage (decode + classify) -> ack, until told to stop.
 
 Stopping. The first SIGTERM/SIGINT stops claiming; the drain being classified is finished and acked,
 anything claimed but not started is requeued, and the process exits 0. A second signal abandons the
@@ -25,14 +25,15 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from worker.contract import Classifier
 from worker.engine.types import BatchStats
 from worker.errors import EXIT_REDIS_GONE, Backoff, FatalError, TransientError
 from worker.heartbeat import Heartbeat
-from worker.judge import Classifier, Judgement, judge
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.queue import AckHook, AckReport, RedisQueue
 from worker.settings import Settings
+from worker.stage import Outcome, process
 
 T = TypeVar("T")
 
@@ -185,7 +186,7 @@ class Service:
 
     def _drain(self, claimed: list[bytes]) -> None:
         began = time.perf_counter()
-        verdict = judge(
+        verdict = process(
             claimed, self.classifier, self.queue.worker_id, on_pass=self._on_pass, claimed_at=time.time()
         )
         for err in verdict.engine_errors:
@@ -212,7 +213,7 @@ class Service:
             items_per_s=round(b.items_per_s, 1) if b.seconds > 0 else None,
         )
 
-    def _record(self, verdict: Judgement, report: AckReport, seconds: float) -> None:
+    def _record(self, verdict: Outcome, report: AckReport, seconds: float) -> None:
         fresh = set(report.written)
         labels = [f.result.label for f in verdict.finished if f.result.id in fresh]
         passes = [(b.seconds, b.real_tokens, b.padded_tokens) for b in verdict.stats]
@@ -236,7 +237,7 @@ class Service:
         except TransientError:
             return
         self.metrics.depth.set(depth)
-        self.metrics.oldest.set(max(0.0, time.time() - oldest) if oldest else 0.0)
+        self.metrics.oldest_enqueued_at = oldest
 
     def _input_done(self) -> bool:
         """Burst mode's exit test; a last recovery first, so a peer's orphans are not left behind."""
@@ -298,7 +299,7 @@ class Service:
 
     # -- logging ---------------------------------------------------------------------------------------
 
-    def _log_drain(self, claimed: list[bytes], verdict: Judgement, report: AckReport, seconds: float) -> None:
+    def _log_drain(self, claimed: list[bytes], verdict: Outcome, report: AckReport, seconds: float) -> None:
         for letter in report.dead:
             self._log.warning("dead_letter", id=letter.id, reason=letter.reason)
         fields: dict[str, Any] = {
