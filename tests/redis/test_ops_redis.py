@@ -135,3 +135,21 @@ def test_burst_gives_up_on_an_unreachable_redis_after_the_wait(tmp_path: Path) -
     t.start()
     t.join(15)
     assert done == [5] and time.monotonic() - began < 10
+
+
+def test_the_producer_cli_replays_dead_letters_and_names_its_failures(
+    redis_url: str, r: redis.Redis, keys: Keys, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer import cli
+
+    base = ["--redis-url", redis_url, "--prefix", keys.prefix]
+    r.lpush(keys.dead, *[DeadLetter("engine error: x", payload(i), id=f"t{i}").to_json() for i in range(3)])
+    assert cli.main([*base, "requeue-dead", "--reason", "engine", "--limit", "2"]) == 0
+    assert capsys.readouterr().out.split() == ["t0", "t1"]  # oldest first (t0 was dead-lettered first)
+    assert r.llen(keys.tickets) == 2 and r.llen(keys.dead) == 1
+    Client(r, keys.prefix).push([{"id": "s", "text": "stamped"}])
+    assert json.loads(r.lindex(keys.tickets, 0) or b"{}")["enqueued_at"] > time.time() - 60
+    r.delete(keys.dead)
+    r.set(keys.dead, "not a list")
+    assert cli.main([*base, "dead"]) == 4
+    assert "WRONGTYPE" in capsys.readouterr().err
