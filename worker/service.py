@@ -80,6 +80,7 @@ class Service:
         self.stopping = threading.Event()
         self._signals = 0
         self._next_gauges = 0.0
+        self._head_seen: object = object()  # nothing seen yet: the first drain (or start) reports
         self._log = get_logger("worker.service")
 
     # -- control ---------------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ class Service:
         s = self.settings
         described = self.classifier.describe()
         self.metrics.set_worker_info(self.queue.worker_id, described)
+        self._head_info()
         self._log.info("worker_start", **described, settings=s.public())
         try:
             self._retry(self._start)
@@ -224,6 +226,19 @@ class Service:
             if f.result.queued_s is not None:
                 self.metrics.queue_wait.observe(f.result.queued_s)
         self.metrics.inflight.set(0)
+        self._head_info()
+
+    def _head_info(self) -> None:
+        """Keep ``ticketq_head_info`` in step with the classifier's head (loaded between drains, maybe)."""
+        head = getattr(self.classifier, "head", None)
+        if head is self._head_seen:
+            return
+        self._head_seen = head
+        self.metrics.set_head_info(
+            head_id=getattr(head, "id", None),
+            version=getattr(head, "version", None),
+            model=self.classifier.name,
+        )
 
     def _gauges(self, claimed: int) -> None:
         """Queue-wide gauges, read at most once a second (two cheap reads, pipelined)."""
