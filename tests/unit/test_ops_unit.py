@@ -98,7 +98,7 @@ def test_the_heartbeat_renews_only_while_the_loop_makes_progress() -> None:
 
 
 def test_the_stall_timeout_defaults_from_the_batch_budget() -> None:
-    assert Settings().stall_timeout == max(60.0, 8192 / 25)
+    assert Settings().stall_timeout == 8192 / 10
     assert Settings(engine=EngineOptions(max_batch_tokens=512)).stall_timeout == 60.0
     assert Settings(stall_timeout_s=5).stall_timeout == 5
 
