@@ -216,8 +216,7 @@ class Service:
         )
 
     def _record(self, verdict: Outcome, report: AckReport, seconds: float) -> None:
-        fresh = set(report.written)
-        labels = [f.result.label for f in verdict.finished if f.result.id in fresh]
+        labels = [f.result.label for f in report.fresh]  # first results only: redeliveries count apart
         passes = [(b.seconds, b.real_tokens, b.padded_tokens) for b in verdict.stats]
         self.metrics.observe_drain(
             seconds, labels, [d.reason for d in report.dead], len(report.redelivered), passes
