@@ -71,7 +71,7 @@ def _device_ok(device: str) -> bool:
 
 # field -> (type, help). The flag is the field's name with dashes: batch_size -> --batch-size.
 FLAGS: dict[str, tuple[type, str]] = {
-    "model": (str, f"embedded model name ({EMBEDDED}), a .gguf file, a directory or a Hugging Face id"),
+    "model": (str, "the embedded model's name, a .gguf file, a directory or a Hugging Face id"),
     "task": (str, "task TOML: labels, instructions, examples, routes"),
     "dtype": (str, "auto, float32, bfloat16, float16"),
     "device": (str, "auto, cpu, cuda, mps"),
