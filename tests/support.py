@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import socket
@@ -31,6 +32,15 @@ def need(condition: object, why: str) -> None:
 
 def need_binary(name: str) -> None:
     need(shutil.which(name), f"{name} is not installed")
+
+
+def tickets(n: int, start: int = 0) -> list[bytes]:
+    """Payloads ``t<start>``... whose topic words the fake classifier recognises."""
+    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
+    return [
+        json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}).encode()
+        for i in range(start, start + n)
+    ]
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:

@@ -24,8 +24,7 @@ local budget, bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
 while #moved < limit do
   local p = redis.call('LINDEX', KEYS[1], -1)
   if not p then return {0, moved, stale} end
-  -- (fakeredis, the demo's last-resort server, lacks redis.sha1hex: there suspects are not singled out)
-  if redis.sha1hex ~= nil and redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
+  if redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
     -- a suspect (in flight when a worker died) travels alone, after what was already claimed
     if #moved == 0 and held == 0 then
       redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')

@@ -23,8 +23,9 @@ import redis
 from producer.protocol import Keys
 from tools.chaos.audit import Verdict, audit, log_totals
 from tools.chaos.feed import GOOD, Planned, Producer, plan, wire
-from tools.chaos.fleet import Fleet, WorkerProc
+from tools.chaos.fleet import Fleet
 from tools.redis_server import RedisServer
+from worker.launch import WorkerProcess
 
 FAKE = "fake:billing,technical,account"
 PREFIX = "chaos"
@@ -254,7 +255,7 @@ class Chaos:
         self.tally.mid_batch += self._busy
         self._last = f"full for {spell:.2f} s"
 
-    def _target(self, look_s: float = 1.0) -> WorkerProc | None:
+    def _target(self, look_s: float = 1.0) -> WorkerProcess | None:
         """A started worker, preferably one holding a claim (looked for up to ``look_s``)."""
         deadline = time.monotonic() + look_s
         while True:
@@ -267,10 +268,10 @@ class Chaos:
                 return self.rng.choice(started) if started else None
             time.sleep(0.005)
 
-    def _beating(self, w: WorkerProc) -> bool:
+    def _beating(self, w: WorkerProcess) -> bool:
         return bool(self.r.exists(self.keys.heartbeat(w.id)))
 
-    def _holding(self, w: WorkerProc) -> bool:
+    def _holding(self, w: WorkerProcess) -> bool:
         return bool(self.r.llen(self.keys.inflight(w.id)))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from .decide import decide
 from .model import LoadedModel, load_model
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
@@ -73,14 +74,15 @@ class Engine:
         """What each ticket adds after the cached prefix."""
         return self.prompt.ticket_ids(self.tokenizer, texts)
 
-    def plan(self, lengths: Sequence[int]) -> list[Plan]:
-        """Forward passes for segments of these lengths: packed rows within the batch and token budgets."""
+    def plan(self, lengths: Sequence[int], mode: str = PACK) -> list[Plan]:
+        """Forward passes for segments of these lengths within the batch and token budgets: packed rows (the
+        bench's baselines also ask for padded ones)."""
         o = self.options
         return plan_batches(
             lengths,
             max_items=o.batch_size,
             max_tokens=o.max_batch_tokens,
-            mode=PACK,
+            mode=mode,
             max_row_len=o.max_row_len,
         )
 
@@ -123,9 +125,9 @@ def predictions(
 
     With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
     """
-    decided = logp if prior is None else logp - prior
-    probs = torch.softmax(decided, dim=-1)
-    best = decided.argmax(dim=-1).tolist()
+    decision = decide(logp, prior)
+    probs = torch.softmax(decision.scores, dim=-1)
+    best = decision.best
     rows_p, rows_l = probs.tolist(), logp.tolist()
     return [
         Prediction(
