@@ -88,7 +88,9 @@ def cli(url: str, *args: str | bytes, stdin: bytes | None = None) -> bytes:
     Returns what it printed: the reply, or the error (redis-cli exits 0 on a refused command)."""
     need_binary("redis-cli")
     argv = [b"redis-cli", b"-u", url.encode(), *(a.encode() if isinstance(a, str) else a for a in args)]
-    return subprocess.run(argv, input=stdin, capture_output=True, check=True, timeout=30).stdout
+    done = subprocess.run(argv, input=stdin, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def proc_kb(pid: int, field: str) -> int:
