@@ -21,9 +21,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+from worker.engine.options import EngineOptions
 from worker.engine.types import BatchStats, Prediction
 
 PREFIX = "fake:"
+_BATCH = EngineOptions().batch_size  # passes are cut as the engine would cut them
 
 
 class FakeEngineError(RuntimeError):
@@ -31,7 +33,7 @@ class FakeEngineError(RuntimeError):
 
 
 class KeywordClassifier:
-    def __init__(self, labels: Sequence[str], *, batch_size: int = 32, delay_ms: float = 0.0) -> None:
+    def __init__(self, labels: Sequence[str], *, batch_size: int = _BATCH, delay_ms: float = 0.0) -> None:
         if not labels or len(set(labels)) != len(labels):
             raise ValueError("fake model needs distinct labels, e.g. fake:billing,technical")
         self.labels = list(labels)
@@ -41,7 +43,7 @@ class KeywordClassifier:
         self._stems = [re.compile(rf"\b{re.escape(lab[:5].lower())}", re.I) for lab in self.labels]
 
     @classmethod
-    def from_spec(cls, spec: str, *, batch_size: int = 32) -> KeywordClassifier:
+    def from_spec(cls, spec: str, *, batch_size: int = _BATCH) -> KeywordClassifier:
         """``fake:a,b,c?delay_ms=20`` -> a classifier over labels a, b, c."""
         body, _, query = spec.removeprefix(PREFIX).partition("?")
         opts = parse_qs(query)
