@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from producer.protocol import opt_str
-
+DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
 MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
 MAX_BY_BYTES = 256
 HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
@@ -23,6 +23,20 @@ MAX_HEAD_BYTES = 64 * 1024 * 1024
 #: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
 #: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
 LABEL_SCRIPT = (Path(__file__).parent / "label.lua").read_text(encoding="utf-8")
+
+# KEYS: 1 P:head:seq, 2 P:head, 3 P:heads.  ARGV: 1 head bytes, 2 history entry JSON without its version,
+# 3 entries kept. The version, the current head and the history change together.
+PUBLISH_HEAD_SCRIPT = """
+local version = tostring(redis.call('INCR', KEYS[1]))
+local entry = cjson.decode(ARGV[2])
+entry.version = version
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'version', version, 'data', ARGV[1], 'at', tostring(entry.at),
+  'sha256', entry.sha256, 'by', entry.by or '')
+redis.call('LPUSH', KEYS[3], cjson.encode(entry))
+redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[3]) - 1)
+return version
+"""
 
 
 @dataclass(frozen=True)
@@ -78,3 +92,25 @@ class HeadVersion:
         obj = json.loads(raw)
         at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
         return cls(str(obj["version"]), at, size, sha, opt_str(obj.get("by")))
+
+
+def opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def label_problem(ticket_id: str, label: str, by: str | None) -> str:
+    """The script checks these too (for callers in other languages); checked here first for clear errors."""
+    if not isinstance(ticket_id, str) or not ticket_id.strip():
+        return "empty ticket id"
+    if not isinstance(label, str) or not label.strip():
+        return "empty label"
+    for name, value, most in (("label", label, MAX_LABEL_BYTES), ("by", by or "", MAX_BY_BYTES)):
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return f"{name}: not valid Unicode (lone surrogate)"
+        if size > most:
+            return f"{name} too long: over {most} bytes"
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            return f"control character in {name}"
+    return ""

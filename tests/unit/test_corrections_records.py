@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from producer.client import LabelError, _label_problem
-from producer.learning import Correction, HeadVersion
+from producer.client import LabelError
+from producer.learning import Correction, HeadVersion, label_problem
 from producer.protocol import Keys, Result
 from worker.corrections import CorrectionsError, training_set
 
@@ -52,7 +52,7 @@ def test_correction_and_head_version_records_round_trip() -> None:
     ],
 )
 def test_label_problems_are_found_before_redis_is_asked(label: str, by: str | None, problem: str) -> None:
-    assert _label_problem("T-1", label, by).startswith(problem)
+    assert label_problem("T-1", label, by).startswith(problem)
     assert issubclass(LabelError, ValueError)
 
 
