@@ -4,6 +4,10 @@ Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header
 ``text`` (other columns are passed through to the result as ``fields``), read by :mod:`producer.files`.
 Every ticket is validated before any is pushed, so a bad line fails the command with its line number and
 pushes nothing.
+
+Exit codes: 0 done; 1 ``push --wait`` or ``get`` did not find a result for every ticket; 2 bad input or
+usage; 3 Redis unreachable or refused the credentials; 4 Redis refused a command (ACL permissions, a key
+of the wrong type).
 """
 
 from __future__ import annotations
@@ -27,15 +31,21 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    client = Client.from_url(args.redis_url, args.prefix, socket_connect_timeout=5)
     try:
+        client = Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
         return int(args.func(client, args))
     except FileError as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
         return 2
-    except redis.ConnectionError as exc:
-        print(f"ticketq-producer: cannot reach Redis: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a malformed --redis-url, a bad --limit
+        print(f"ticketq-producer: {exc}", file=sys.stderr)
+        return 2
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
+        print(f"ticketq-producer: cannot reach Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3
+    except redis.ResponseError as exc:
+        print(f"ticketq-producer: Redis refused a command: {exc}", file=sys.stderr)
+        return 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
         "--prefix",
         default=os.environ.get("TICKETQ_PREFIX", DEFAULT_PREFIX),
         help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
+    )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=os.environ.get("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes", "on"),
+        help="Redis Cluster (--redis-url names any node; the prefix gets a hash tag) [env TICKETQ_CLUSTER]",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
@@ -68,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
     dead.add_argument("--limit", type=int, default=20)
     dead.set_defaults(func=cmd_dead)
+    requeue = sub.add_parser(
+        "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
+    )
+    requeue.add_argument("--reason", help="only letters whose reason starts with this (e.g. 'engine error')")
+    requeue.add_argument("--limit", type=int, help="at most this many, oldest first")
+    requeue.add_argument("--id", dest="ticket_id", help="only the letter(s) of this ticket id")
+    requeue.set_defaults(func=cmd_requeue_dead)
     return parser
 
 
@@ -140,4 +163,14 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
 def cmd_dead(client: Client, args: argparse.Namespace) -> int:
     for letter in client.dead(args.limit):
         print(letter.to_json())
+    return 0
+
+
+def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    ids = client.requeue_dead(reason=args.reason, limit=args.limit, ticket_id=args.ticket_id)
+    for tid in ids:
+        print(tid)
+    print(f"requeued {len(ids)} dead letters", file=sys.stderr)
     return 0

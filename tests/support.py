@@ -66,11 +66,11 @@ class FakeClassifier:
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "dtype": "none", "device": "cpu"}
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    def classify(self, texts: Sequence[str], *, on_pass: Any = None) -> tuple[list[Any], list[Any]]:
         self.calls.append(list(texts))
         if any("boom" in t for t in texts):
             raise RuntimeError("boom in the engine")
-        return self._inner.classify(texts)
+        return self._inner.classify(texts, on_pass=on_pass)
 
 
 class Proxy:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -86,8 +86,11 @@ class Engine:
             max_row_len=o.max_row_len,
         )
 
-    def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
-        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
+    def logprobs(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats;
+        ``on_pass`` hears of each pass as it ends, so a long drain shows progress while it runs."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
         plans = self.plan(lengths)
@@ -102,12 +105,16 @@ class Engine:
             stats.append(
                 BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
             )
+            if on_pass is not None:
+                on_pass(stats[-1])
         return out, stats
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
-        logp, stats = self.logprobs(texts)
+        logp, stats = self.logprobs(texts, on_pass=on_pass)
         return predictions(self.task.labels, logp, self.prior), stats
 
 
