@@ -157,3 +157,41 @@ def test_metrics_are_served_while_the_worker_runs(
     assert all(e.get("worker_id") == "M" for e in events)
     batches = [e for e in events if e["event"] == "batch"]
     assert batches and all(e["items"] <= 4 for e in batches)
+
+
+def test_permissions_revoked_mid_run_end_the_worker_and_hand_back_its_claims(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r", password="admin") as server:
+        keys = Keys("{acl}")
+        admin = server.client()
+        admin.execute_command("ACL", "SETUSER", "w", "on", ">pw", "~*", "&*", "+@all")
+        url = f"redis://w:pw@127.0.0.1:{server.port}/0"
+        admin.lpush(keys.tickets, *[json.dumps(t) for t in tickets(200)])
+        worker = Worker(
+            tmp_path / "w.log", "--redis-url", url, "--prefix", keys.prefix, "--worker-id", "W",
+            "--model", FAKE + "?delay_ms=50", "--drain", "10", "--batch-size", "5",
+        )  # fmt: skip
+        wait_for(lambda: admin.hlen(keys.results) >= 20, 20, what="some results")
+        admin.execute_command("ACL", "SETUSER", "w", "-hset")  # the ack's HSET is refused from now on
+        began = time.monotonic()
+        assert worker.wait(20) == 3
+        assert time.monotonic() - began < 10
+        (fatal,) = [e for e in worker.events() if e["event"] == "fatal"]
+        assert fatal["cause"] == "auth" and "NoPermissionError" in str(fatal["error"])
+        # nothing lost: what it held went back (its script may still run), nothing stays in flight
+        assert admin.hlen(keys.results) + admin.llen(keys.tickets) == 200
+        assert admin.llen(keys.inflight("W")) == 0
+
+
+def test_check_without_an_id_finds_this_hosts_workers(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    cmd = [sys.executable, "-m", "worker", "check", "--redis-url", redis_url, "--prefix", keys.prefix]
+    assert subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=30).returncode == 1  # none yet
+    worker = Worker(tmp_path / "w.log", "--redis-url", redis_url, "--prefix", keys.prefix)
+    try:
+        wait_for(lambda: r.scard(keys.workers) == 1, 20, what="the worker to register")
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and done.stdout.startswith("healthy: "), done.stdout
+    finally:
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait(15) == 0
