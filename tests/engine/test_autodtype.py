@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from worker.engine import autodtype
-from worker.engine.autodtype import Decision, Trial, decide
+from worker.engine.autodtype import Decision, Trial, pick
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel, ModelError
 from worker.engine.task import load_task
@@ -24,18 +24,18 @@ def _trial(dtype: str, seconds: float, labels: tuple[str, ...] = LABELS) -> Tria
 
 
 def test_the_fastest_agreeing_dtype_wins() -> None:
-    chosen, reason = decide([_trial("float32", 1.0), _trial("bfloat16", 0.5)])
+    chosen, reason = pick([_trial("float32", 1.0), _trial("bfloat16", 0.5)])
     assert chosen == "bfloat16" and "2.00x" in reason
 
 
 def test_float32_stays_when_it_is_faster() -> None:
     """The case this machine kind shows: a CPU flag says bfloat16, the measurement says float32."""
-    assert decide([_trial("float32", 1.0), _trial("bfloat16", 6.0)])[0] == "float32"
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 6.0)])[0] == "float32"
 
 
 def test_a_faster_dtype_that_flips_a_label_is_rejected() -> None:
     flipped = ("billing", "technical", "account", "account")
-    chosen, reason = decide(
+    chosen, reason = pick(
         [_trial("float32", 1.0), _trial("bfloat16", 0.3, flipped), _trial("int8", 0.2, flipped)]
     )
     assert chosen == "float32"
@@ -44,18 +44,18 @@ def test_a_faster_dtype_that_flips_a_label_is_rejected() -> None:
 
 def test_within_the_margin_float32_stays() -> None:
     """Noise on a shared machine must not flip the choice: 5% faster is not faster."""
-    assert decide([_trial("float32", 1.0), _trial("bfloat16", 0.95)])[0] == "float32"
-    assert decide([_trial("float32", 1.0), _trial("bfloat16", 0.85)])[0] == "bfloat16"
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 0.95)])[0] == "float32"
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 0.85)])[0] == "bfloat16"
 
 
 def test_cuda_picks_among_half_precisions() -> None:
     trials = [_trial("float32", 1.0), _trial("float16", 0.3), _trial("bfloat16", 0.35)]
-    assert decide(trials)[0] == "float16"
+    assert pick(trials)[0] == "float16"
 
 
 def test_no_reference_no_decision() -> None:
     with pytest.raises(ValueError, match="float32"):
-        decide([_trial("bfloat16", 0.5)])
+        pick([_trial("bfloat16", 0.5)])
 
 
 def test_decision_round_trips_through_json() -> None:

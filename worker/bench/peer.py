@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from worker.bench.data import Item
-from worker.bench.modes import ModeResult, Progress, decide
+from worker.bench.modes import ModeResult, Progress
 from worker.bench.peak import CpuMeter
+from worker.engine.decide import decide
 from worker.engine.task import CONTENT_FREE
 
 NAME = "llamacpp"
@@ -126,10 +127,10 @@ def run_peer(engine: Any, items: Sequence[Item], model: str, threads: int, progr
     out = ModeResult(NAME, [], [], [], 0.0)
     meter, start = CpuMeter(), time.perf_counter()
     for it in items:
-        got, margins = decide(peer.labels, torch.tensor(peer.score(it.text))[None], prior)
+        decision = decide(torch.tensor(peer.score(it.text))[None], prior)
         out.ids.append(it.id)
-        out.labels += got
-        out.margins += margins
+        out.labels += decision.labels(peer.labels)
+        out.margins += decision.margins
         progress(1)
     out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     out.notes.append(f"llama.cpp {_version()} on {gguf_path(model)}, {threads} threads, quantized weights")

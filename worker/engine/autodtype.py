@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from .decide import decide as decide_labels
 from .model import INT8, LoadedModel, ModelError, cache_root, quantize_int8
 from .task import Task
 
@@ -116,7 +117,7 @@ class Decision:
         return cls(str(data["chosen"]), str(data["reason"]), trials, dict(data["key"]), cached=True)
 
 
-def decide(trials: Sequence[Trial], *, margin: float = MARGIN) -> tuple[str, str]:
+def pick(trials: Sequence[Trial], *, margin: float = MARGIN) -> tuple[str, str]:
     """(chosen dtype, reason): the fastest trial whose labels all equal float32's, float32 unless a
     candidate beats it by ``margin``. Pure: the tests feed it made-up timings."""
     by_name = {t.dtype: t for t in trials}
@@ -200,8 +201,7 @@ def measure(
         for name, engine in engines.items():
             seconds, logp = timer(name, one_pass(engine))
             best[name] = min(seconds, best.get(name, float("inf")))
-            prior = engine.prior
-            decided[name] = logp if prior is None else logp - prior
+            decided[name] = decide_labels(logp.float(), engine.prior).scores  # as the engine decides
         if round_ == 0 and not _close(best):
             break
     ref = decided[REFERENCE]
@@ -314,7 +314,7 @@ def choose(
         return convert(loaded, hit.chosen), hit
     start = time.perf_counter()
     trials, models = measure(loaded, task, make_engine, names, timer=timer)
-    chosen, reason = decide(trials)
+    chosen, reason = pick(trials)
     decision = Decision(chosen, reason, tuple(trials), key, seconds=time.perf_counter() - start)
     with contextlib.suppress(OSError):  # a read-only cache costs the next start a few seconds, no more
         write_cached(decision, cache_dir)
