@@ -54,6 +54,12 @@ class Config:
     sample_s: float = 2.0  # how often the chart takes a sample, and the pages poll
     low_confidence: float = LOW_CONFIDENCE
 
+    def __repr__(self) -> str:  # the Redis password never leaves in clear
+        return (
+            f"Config(redis_url={mask_url(self.redis_url)!r}, prefix={self.prefix!r}, auth={self.auth!r}, "
+            f"sample_s={self.sample_s}, low_confidence={self.low_confidence})"
+        )
+
 
 class _Headers(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
