@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.bench.data import DataError, Item, read_items
+from worker.engine.options import EngineOptions, add_engine_arguments
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
 CHUNK = 256  # tickets per engine call: the service's default drain
@@ -32,13 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=str(DEFAULT_TICKETS),
         help="JSONL or CSV with id,text,label (default: Banking77 sample)",
     )
-    parser.add_argument("--model", default="smollm2", help="embedded model name, .gguf, directory or HF id")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 (default auto)")
-    parser.add_argument("--task", help="task TOML (default: the built-in support-ticket task)")
-    parser.add_argument("--batch-size", type=int, default=32, help="tickets per forward pass (default 32)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--limit", type=int, help="only the first N tickets")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    add_engine_arguments(parser)
 
 
 @dataclass(frozen=True)
@@ -89,23 +86,18 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.task import TaskError, load_task
 
     try:
+        options = EngineOptions.from_args(args)
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
-        task = load_task(args.task)
+        task = load_task(options.task)
         check_labels(items, task.labels)
-    except (DataError, TaskError) as exc:
+    except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 2
     from worker.engine import Engine
     from worker.engine.model import ModelError
 
     try:
-        engine = Engine.load(
-            args.model,
-            dtype=args.dtype,
-            task_path=args.task,
-            batch_size=args.batch_size,
-            threads=args.threads,
-        )
+        engine = Engine.load(options)
     except ModelError as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 1

@@ -4,68 +4,46 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .model import EMBEDDED, LoadedModel, load_model
-from .planner import PACK, plan_batches
+from .model import LoadedModel, load_model
+from .options import EngineOptions
+from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, load_task
 from .types import BatchStats, Prediction
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    batch_size: int = 32  # most tickets in one forward pass
-    max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
-    max_ticket_tokens: int = 512  # longer tickets keep their first tokens
-    pack: bool = True  # several tickets per row (block-diagonal mask) instead of one padded row each
-    cache_prefix: bool = True  # run the shared prompt once (False: every ticket carries it; baselines only)
-    max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
-
-
 class Engine:
     """Classifies texts into a task's labels with one causal LM, as fast as the hardware allows."""
 
-    def __init__(self, loaded: LoadedModel, task: Task, config: EngineConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, task: Task, options: EngineOptions | None = None) -> None:
         self.loaded = loaded
         self.task = task
-        self.config = config or EngineConfig()
+        self.options = options or EngineOptions()
         self.tokenizer = loaded.tokenizer
         self.prompt = Prompt.build(
-            self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.config.max_ticket_tokens
+            self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.options.max_ticket_tokens
         )
         # Prove the prefix/suffix split on the task's own texts before trusting the cache with them.
         self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
         pad = self.tokenizer.pad_token_id
-        shared = self.prompt.prefix_ids if self.config.cache_prefix else ()
-        self.scorer = Scorer(loaded.model, shared, self.prompt.label_ids, pad or 0)
+        self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
 
     @classmethod
-    def load(
-        cls,
-        model: str = EMBEDDED,
-        *,
-        dtype: str = "auto",
-        device: str = "auto",
-        task_path: str | Path | None = None,
-        batch_size: int = 32,
-        max_batch_tokens: int = 8192,
-        threads: int | None = None,
-        pack: bool = True,
-    ) -> Engine:
-        if threads:
-            torch.set_num_threads(threads)
-        loaded = load_model(model, dtype=dtype, device=device)
-        cfg = EngineConfig(batch_size=batch_size, max_batch_tokens=max_batch_tokens, pack=pack)
-        return cls(loaded, load_task(task_path), cfg)
+    def load(cls, options: EngineOptions | None = None) -> Engine:
+        """Load the model and the task ``options`` name (torch's thread count too, when it is set)."""
+        opts = options or EngineOptions()
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
+        loaded = load_model(opts.model, dtype=opts.dtype, device=opts.device)
+        return cls(loaded, load_task(opts.task), opts)
 
     @property
     def name(self) -> str:
@@ -84,29 +62,33 @@ class Engine:
             "task": self.task.name,
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
-            "pack": self.config.pack,
             "calibrated": self.prior is not None,
         }
 
+    def cached_prefix(self) -> Sequence[int]:
+        """The prompt tokens run once and shared by every ticket (the prefix cache)."""
+        return self.prompt.prefix_ids
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
-        if self.config.cache_prefix:
-            return suffixes
-        prefix = list(self.prompt.prefix_ids)
-        return [prefix + s for s in suffixes]
+        """What each ticket adds after the cached prefix."""
+        return self.prompt.ticket_ids(self.tokenizer, texts)
+
+    def plan(self, lengths: Sequence[int]) -> list[Plan]:
+        """Forward passes for segments of these lengths: packed rows within the batch and token budgets."""
+        o = self.options
+        return plan_batches(
+            lengths,
+            max_items=o.batch_size,
+            max_tokens=o.max_batch_tokens,
+            mode=PACK,
+            max_row_len=o.max_row_len,
+        )
 
     def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
         """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
-        cfg = self.config
-        plans = plan_batches(
-            lengths,
-            max_items=cfg.batch_size,
-            max_tokens=cfg.max_batch_tokens,
-            mode=PACK if cfg.pack else "pad",
-            max_row_len=cfg.max_row_len,
-        )
+        plans = self.plan(lengths)
         out = torch.empty(len(texts), len(self.task.labels))
         stats = []
         for plan in plans:
