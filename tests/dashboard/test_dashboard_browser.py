@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import redis
+from dashboard_seed import TOKEN, XSS, Seeded
 
 from producer.protocol import Keys
-
-from .conftest import TOKEN, XSS, Seeded
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser]
 

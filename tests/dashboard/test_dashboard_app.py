@@ -7,11 +7,10 @@ import base64
 import re
 
 import pytest
+from dashboard_seed import TOKEN, XSS, Seeded
 from starlette.testclient import TestClient
 
 from producer.dashboard.security import Auth
-
-from .conftest import TOKEN, XSS, Seeded
 
 pytestmark = pytest.mark.redis
 
