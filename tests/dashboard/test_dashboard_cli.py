@@ -50,3 +50,11 @@ def test_the_dashboard_imports_neither_torch_nor_the_worker() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_make_demo_says_how_to_open_the_dashboard() -> None:
+    from tools.demo import dashboard_hint
+
+    assert "ticketq-dashboard --prefix ticketq-demo" in dashboard_hint("local")
+    assert "http://127.0.0.1:8400/" in dashboard_hint("local")
+    assert "gone" in dashboard_hint("a throwaway redis-server on port 1234")
