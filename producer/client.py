@@ -26,12 +26,38 @@ from producer.protocol import (
     Keys,
     Result,
     Ticket,
+    cluster_prefix,
     decode_ticket,
     payload_digest,
 )
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
+
+# Moves dead letters back to the input in one atomic step: a client that dies half-way leaves every
+# letter either still dead or back in the queue, never neither, never both. Only letters whose payload
+# is kept whole as text can be replayed (base64 ones were not UTF-8, truncated ones were oversized:
+# the worker would refuse both again).
+REQUEUE_DEAD = """
+-- KEYS: 1 dead, 2 tickets.  ARGV: 1 reason prefix ('' any), 2 most to move (0: all), 3 ticket id ('' any)
+local letters = redis.call('LRANGE', KEYS[1], 0, -1)
+local limit = tonumber(ARGV[2])
+local moved, ids = 0, {}
+for i = #letters, 1, -1 do  -- oldest first, so replays keep their original order
+  if limit > 0 and moved >= limit then break end
+  local ok, letter = pcall(cjson.decode, letters[i])
+  if ok and type(letter) == 'table' and type(letter.payload) == 'string' and letter.payload_bytes == nil
+    and (ARGV[1] == '' or (type(letter.reason) == 'string'
+                           and string.sub(letter.reason, 1, #ARGV[1]) == ARGV[1]))
+    and (ARGV[3] == '' or letter.id == ARGV[3]) then
+    redis.call('LREM', KEYS[1], 1, letters[i])
+    redis.call('LPUSH', KEYS[2], letter.payload)
+    moved = moved + 1
+    ids[#ids + 1] = type(letter.id) == 'string' and letter.id or ''
+  end
+end
+return ids
+"""
 
 
 @dataclass
@@ -83,15 +109,19 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def encode(ticket: Ticket | Mapping[str, Any]) -> tuple[bytes, Ticket]:
+def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) -> tuple[bytes, Ticket]:
     """One ticket as the payload a worker will read, and that payload decoded the way the worker will.
 
+    ``stamp`` (unix seconds) is written as ``enqueued_at`` unless the ticket has one already.
     Raises :class:`~producer.protocol.BadTicket` with the worker's own reason."""
     if isinstance(ticket, Ticket):
+        if stamp is not None and ticket.enqueued_at is None:
+            ticket = Ticket(ticket.id, ticket.text, ticket.fields, enqueued_at=stamp)
         raw = ticket.to_json()
     else:
+        extra = {} if stamp is None or "enqueued_at" in ticket else {"enqueued_at": stamp}
         try:
-            raw = json.dumps({"v": VERSION, **ticket}, ensure_ascii=False)
+            raw = json.dumps({"v": VERSION, **ticket, **extra}, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise BadTicket(f"not JSON-serialisable: {exc}") from None
     payload = raw.encode("utf-8", "surrogatepass")
@@ -99,12 +129,35 @@ def encode(ticket: Ticket | Mapping[str, Any]) -> tuple[bytes, Ticket]:
 
 
 class Client:
-    def __init__(self, connection: redis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
+    """``stamp`` (default on): every pushed ticket gets ``enqueued_at``, so results and metrics show
+    how long it waited. A stamped ticket pushed twice is two payloads, so the second is dead-lettered
+    as ``duplicate id`` (the first result stands); a producer that re-pushes to retry and wants the
+    second push taken as a harmless redelivery passes its own ``enqueued_at`` or ``stamp=False``."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        cluster: bool = False,
+        stamp: bool = True,
+    ) -> None:
         self.redis = connection
-        self.keys = Keys(prefix)
+        self.keys = Keys(cluster_prefix(prefix) if cluster else prefix)
+        self.stamp = stamp
+        self._requeue_dead = connection.register_script(REQUEUE_DEAD)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = DEFAULT_PREFIX, **kwargs: Any) -> Client:
+    def from_url(
+        cls, url: str, prefix: str = DEFAULT_PREFIX, *, cluster: bool = False, **kwargs: Any
+    ) -> Client:
+        """With ``cluster``, ``url`` names any node of a Redis Cluster, and the prefix gets a hash tag
+        (``ticketq`` -> ``{ticketq}``, as the workers do)."""
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            conn: Any = RedisCluster.from_url(url, **kwargs)
+            return cls(conn, prefix, cluster=True)
         return cls(redis.Redis.from_url(url, **kwargs), prefix)
 
     def push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> list[str]:
@@ -120,12 +173,25 @@ class Client:
         digests = self._push(tickets)
         return self.wait(list(digests), timeout, digests=digests)
 
+    def requeue_dead(
+        self, *, reason: str | None = None, limit: int | None = None, ticket_id: str | None = None
+    ) -> list[str]:
+        """Move dead letters back onto the input, oldest first, in one atomic step; returns their ids
+        ('' for letters without one). ``reason`` matches the start of the letter's reason (``poison``,
+        ``engine error``); ``limit`` caps how many. Letters whose payload was not kept whole are left."""
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        args: list[str | int] = [reason or "", limit or 0, ticket_id or ""]
+        moved = self._requeue_dead(keys=[self.keys.dead, self.keys.tickets], args=args)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in moved]
+
     def _push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> dict[str, str]:
         payloads: list[bytes] = []
         digests: dict[str, str] = {}  # id -> digest of its first payload, the one that will win
+        stamp = round(time.time(), 3) if self.stamp else None
         for n, ticket in enumerate(tickets):
             try:
-                payload, decoded = encode(ticket)
+                payload, decoded = encode(ticket, stamp=stamp)
             except BadTicket as exc:
                 raise BadTicket(f"ticket #{n}: {exc.reason}") from None
             payloads.append(payload)

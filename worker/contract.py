@@ -8,7 +8,7 @@ as dead letters, in one transaction (:meth:`worker.queue.RedisQueue.ack`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +29,11 @@ class Classifier(Protocol):
 
     def describe(self) -> dict[str, Any]: ...  # model, dtype, device (and whatever else helps an operator)
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]: ...
+    # ``on_pass`` (optional: a classifier without it still works, its passes are reported when it
+    # returns) is called as each forward pass ends, so logs, metrics and the watchdog see progress
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]: ...
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
+from .decide import decide
 from .model import LoadedModel, load_model
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
@@ -73,19 +74,23 @@ class Engine:
         """What each ticket adds after the cached prefix."""
         return self.prompt.ticket_ids(self.tokenizer, texts)
 
-    def plan(self, lengths: Sequence[int]) -> list[Plan]:
-        """Forward passes for segments of these lengths: packed rows within the batch and token budgets."""
+    def plan(self, lengths: Sequence[int], mode: str = PACK) -> list[Plan]:
+        """Forward passes for segments of these lengths within the batch and token budgets: packed rows (the
+        bench's baselines also ask for padded ones)."""
         o = self.options
         return plan_batches(
             lengths,
             max_items=o.batch_size,
             max_tokens=o.max_batch_tokens,
-            mode=PACK,
+            mode=mode,
             max_row_len=o.max_row_len,
         )
 
-    def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
-        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
+    def logprobs(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats;
+        ``on_pass`` hears of each pass as it ends, so a long drain shows progress while it runs."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
         plans = self.plan(lengths)
@@ -100,12 +105,16 @@ class Engine:
             stats.append(
                 BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
             )
+            if on_pass is not None:
+                on_pass(stats[-1])
         return out, stats
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
-        logp, stats = self.logprobs(texts)
+        logp, stats = self.logprobs(texts, on_pass=on_pass)
         return predictions(self.task.labels, logp, self.prior), stats
 
 
@@ -116,9 +125,9 @@ def predictions(
 
     With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
     """
-    decided = logp if prior is None else logp - prior
-    probs = torch.softmax(decided, dim=-1)
-    best = decided.argmax(dim=-1).tolist()
+    decision = decide(logp, prior)
+    probs = torch.softmax(decision.scores, dim=-1)
+    best = decision.best
     rows_p, rows_l = probs.tolist(), logp.tolist()
     return [
         Prediction(

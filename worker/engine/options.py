@@ -13,6 +13,8 @@ import argparse
 from dataclasses import dataclass, fields, replace
 
 EMBEDDED = "smollm2"  # the model that ships with ticketq (see worker.engine.model)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class EngineOptions:
     def problems(self) -> list[str]:
         checks = [
             (bool(self.model), "model: empty"),
+            (self.dtype in DTYPES, f"dtype: one of {', '.join(DTYPES)}"),
+            (_device_ok(self.device), f"device: one of {', '.join(DEVICES)} (or cuda:N)"),
             (self.threads is None or self.threads >= 1, "threads: must be >= 1"),
             (self.batch_size >= 1, "batch-size: must be >= 1"),
             (self.max_batch_tokens >= 64, "max-batch-tokens: must be >= 64"),
@@ -58,6 +62,11 @@ class EngineOptions:
             if value is not None:
                 out += ["--" + name.replace("_", "-"), str(value)]
         return out
+
+
+def _device_ok(device: str) -> bool:
+    name, _, index = device.partition(":")
+    return name in DEVICES and (not index or (name == "cuda" and index.isdigit()))
 
 
 # field -> (type, help). The flag is the field's name with dashes: batch_size -> --batch-size.
