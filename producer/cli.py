@@ -1,4 +1,5 @@
-"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters.
+"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters;
+record corrections (``label``, ``corrections``) and manage published heads (``heads``, ``publish-head``).
 
 Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header that has ``id`` and
 ``text`` (other columns are passed through to the result as ``fields``), read by :mod:`producer.files`.
@@ -16,13 +17,14 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
 import redis
 
-from producer.client import Client, encode
+from producer.client import Client, LabelError, encode
 from producer.files import FORMATS, FileError, parse
 from producer.protocol import DEFAULT_PREFIX, BadTicket
 
@@ -34,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
         return int(args.func(client, args))
-    except FileError as exc:
+    except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # a malformed --redis-url, a bad --limit
@@ -91,6 +93,20 @@ def _parser() -> argparse.ArgumentParser:
     requeue.add_argument("--limit", type=int, help="at most this many, oldest first")
     requeue.add_argument("--id", dest="ticket_id", help="only the letter(s) of this ticket id")
     requeue.set_defaults(func=cmd_requeue_dead)
+    label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
+    label.add_argument("id", metavar="ID")
+    label.add_argument("label", metavar="LABEL")
+    label.add_argument("--by", default=None, help="who corrected it (default $USER)")
+    label.set_defaults(func=cmd_label)
+    corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
+    corrections.set_defaults(func=cmd_corrections)
+    heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
+    heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    heads.set_defaults(func=cmd_heads)
+    publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
+    publish.add_argument("file", metavar="FILE")
+    publish.add_argument("--by", default=None, help="who published it (default $USER)")
+    publish.set_defaults(func=cmd_publish_head)
     return parser
 
 
@@ -173,4 +189,49 @@ def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
     for tid in ids:
         print(tid)
     print(f"requeued {len(ids)} dead letters", file=sys.stderr)
+    return 0
+
+
+def cmd_label(client: Client, args: argparse.Namespace) -> int:
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    correction = client.label(args.id, args.label, by=by)
+    was = f" (was {correction.was})" if correction.was is not None else ""
+    print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
+    return 0
+
+
+def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
+    for c in sorted(client.correction_records(), key=lambda c: (c.at, c.id)):
+        print(json.dumps({"id": c.id, **json.loads(c.to_json())}, ensure_ascii=False))
+    return 0
+
+
+def cmd_heads(client: Client, args: argparse.Namespace) -> int:
+    versions = client.head_versions()
+    if args.json:
+        for v in versions:
+            print(v.to_json())
+        return 0
+    if not versions:
+        print("no head published", file=sys.stderr)
+        return 0
+    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  BY")
+    for v in versions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.at))
+        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or ''}")
+    return 0
+
+
+def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise FileError(f"{args.file}: {exc.strerror}") from None
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    try:
+        version = client.publish_head(data, by=by)
+    except ValueError as exc:
+        raise FileError(f"{args.file}: {exc}") from None
+    print(f"published {args.file} as head version {version}", file=sys.stderr)
     return 0

@@ -7,9 +7,10 @@ learns about a bad ticket from an exception, not from the dead-letter list.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,6 +18,15 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.client import PubSub
 
+from producer.learning import (
+    HEADS_KEPT,
+    LABEL_SCRIPT,
+    MAX_HEAD_BYTES,
+    PUBLISH_HEAD_SCRIPT,
+    Correction,
+    HeadVersion,
+    label_problem,
+)
 from producer.protocol import (
     DEFAULT_PREFIX,
     VERSION,
@@ -58,6 +68,10 @@ for i = #letters, 1, -1 do  -- oldest first, so replays keep their original orde
 end
 return ids
 """
+
+
+class LabelError(ValueError):
+    """A correction that was refused: unknown ticket, its text no longer kept, or a label it cannot have."""
 
 
 @dataclass
@@ -146,6 +160,8 @@ class Client:
         self.keys = Keys(cluster_prefix(prefix) if cluster else prefix)
         self.stamp = stamp
         self._requeue_dead = connection.register_script(REQUEUE_DEAD)
+        self._label = connection.register_script(LABEL_SCRIPT)
+        self._publish = connection.register_script(PUBLISH_HEAD_SCRIPT)
 
     @classmethod
     def from_url(
@@ -299,6 +315,80 @@ class Client:
             info = _json_object(beat)
             workers.append(WorkerStats(id=wid, alive=beat is not None, inflight=int(held), info=info))
         return Stats(waiting=int(waiting), done=int(done), dead=int(dead), workers=workers)
+
+    # -- corrections and heads ---------------------------------------------------------------------------
+
+    def label(self, ticket_id: str, label: str, by: str | None = None) -> Correction:
+        """Record the right label of a ticket a worker has labelled (one EVAL of ``LABEL_SCRIPT``).
+
+        Raises :class:`LabelError` when the ticket is unknown, its text is no longer kept, or the label is
+        not one of the task's (as its result's scores name them). Labelling again replaces the correction.
+        """
+        problem = label_problem(ticket_id, label, by)
+        if problem:
+            raise LabelError(problem)
+        keys = [self.keys.results, self.keys.text(ticket_id), self.keys.labels]
+        try:
+            raw = self._label(keys=keys, args=[ticket_id, label, by or ""])
+        except redis.ResponseError as exc:
+            message = str(exc)
+            if message.startswith("TICKETQ "):
+                raise LabelError(message.removeprefix("TICKETQ ")) from None
+            raise
+        return Correction.from_json(ticket_id, raw)
+
+    def correction_records(self) -> Iterator[Correction]:
+        """Every recorded correction (in no particular order); a malformed record is skipped."""
+        for raw_id, raw in self.redis.hscan_iter(self.keys.labels, count=500):
+            tid = raw_id.decode("utf-8", "replace") if isinstance(raw_id, bytes) else str(raw_id)
+            try:
+                yield Correction.from_json(tid, raw)
+            except (ValueError, TypeError):
+                continue
+
+    def corrections(self) -> Iterator[tuple[str, str, str]]:
+        """(ticket id, text, right label) for every recorded correction: what training needs."""
+        for c in self.correction_records():
+            yield c.id, c.text, c.label
+
+    def publish_head(self, data: bytes, *, by: str | None = None) -> str:
+        """Store a head file's bytes as the current head, versioned; returns the new version.
+
+        Workers check the version before every claim and load the new head at their next drain. The
+        bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
+        mismatched head, logs ``head_rejected`` and keeps the one it has.
+        """
+        if not data:
+            raise ValueError("empty head")
+        if len(data) > MAX_HEAD_BYTES:
+            raise ValueError(f"head too large: {len(data)} bytes > {MAX_HEAD_BYTES}")
+        entry: dict[str, Any] = {
+            "at": round(time.time(), 3),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        if by:
+            entry["by"] = by
+        keys = [self.keys.head_seq, self.keys.head, self.keys.heads]
+        out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
+        return out.decode() if isinstance(out, bytes) else str(out)
+
+    def current_head(self) -> tuple[str, bytes] | None:
+        """(version, bytes) of the published head, or ``None`` when none was published."""
+        version, data = self.redis.hmget(self.keys.head, ["version", "data"])
+        if not isinstance(version, bytes) or not isinstance(data, bytes):
+            return None
+        return version.decode(), data
+
+    def head_versions(self) -> list[HeadVersion]:
+        """The publish history, newest first (at most ``HEADS_KEPT``)."""
+        out = []
+        for raw in self.redis.lrange(self.keys.heads, 0, -1):
+            try:
+                out.append(HeadVersion.from_json(raw))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
 
 
 def _json_object(raw: bytes | None) -> dict[str, Any]:

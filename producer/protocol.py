@@ -29,6 +29,11 @@ key                        type    what                                         
 ``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason}}`` after transient
                                    each acknowledged batch (``ids`` got results, ``dead`` were
                                    dead-lettered), so clients wait without polling.
+``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
+                                   (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
+``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
+``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
+``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -99,6 +104,25 @@ class Keys:
     @property
     def done(self) -> str:
         return f"{self.prefix}:done"
+
+    @property
+    def labels(self) -> str:
+        return f"{self.prefix}:labels"
+
+    @property
+    def head(self) -> str:
+        return f"{self.prefix}:head"
+
+    @property
+    def heads(self) -> str:
+        return f"{self.prefix}:heads"
+
+    @property
+    def head_seq(self) -> str:
+        return f"{self.prefix}:head:seq"
+
+    def text(self, ticket_id: str) -> str:
+        return f"{self.prefix}:text:{ticket_id}"
 
     def inflight(self, worker_id: str) -> str:
         return f"{self.prefix}:inflight:{worker_id}"
@@ -230,6 +254,10 @@ class Result:
     at: float = field(default_factory=time.time)
     queued_s: float | None = None  # enqueued_at to claim; None when the ticket carried no enqueued_at
     took_s: float | None = None  # claim to result: decode, classify (the whole drain's passes)
+    # Optional (absent from older results): how the label was decided, "head" or "zero-shot"; with a head,
+    # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
+    method: str | None = None
+    head: str | None = None
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -247,7 +275,8 @@ class Result:
             out["queued_s"] = round(self.queued_s, 3)
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
-        return json.dumps(out, ensure_ascii=False)
+        extra = {"method": self.method, "head": self.head}
+        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
@@ -263,6 +292,8 @@ class Result:
             at=obj.get("at", 0.0),
             queued_s=obj.get("queued_s"),
             took_s=obj.get("took_s"),
+            method=obj.get("method"),
+            head=obj.get("head"),
         )
 
 

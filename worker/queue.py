@@ -84,6 +84,7 @@ class RedisQueue:
         max_claim_bytes: int = CLAIM_BYTES,
         keep_results_s: float = 0.0,
         max_dead: int = 0,
+        keep_text_s: int = 0,
     ) -> None:
         self.redis = client
         self.keys = keys
@@ -92,6 +93,7 @@ class RedisQueue:
         self.max_claim_bytes = max_claim_bytes
         self.keep_results_s = keep_results_s  # 0: results are kept forever
         self.max_dead = max_dead  # 0: every dead letter is kept
+        self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
         self._claim = client.register_script(CLAIM)
         self._recover = client.register_script(RECOVER)
@@ -253,6 +255,11 @@ class RedisQueue:
             pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
             # finish times, so results can be deleted oldest first (see trim)
             pipe.zadd(self.keys.done, {tid: r.at for tid, r in writes.items()})
+        if writes and self.keep_text_s > 0:
+            # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
+            for item in released:
+                if isinstance(item, Finished) and writes.get(item.result.id) is item.result:
+                    pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
             if self.max_dead:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from worker.contract import Classifier
 from worker.engine.types import BatchStats
 from worker.errors import EXIT_REDIS_GONE, Backoff, FatalError, TransientError
+from worker.headwatch import HeadWatch
 from worker.heartbeat import Heartbeat
 from worker.logs import get_logger
 from worker.metrics import Metrics
@@ -69,6 +70,7 @@ class Service:
         hook: AckHook | None = None,
         backoff: Backoff | None = None,
         metrics: Metrics | None = None,
+        heads: HeadWatch | None = None,
     ) -> None:
         self.settings = settings
         self.queue = queue
@@ -77,6 +79,7 @@ class Service:
         self.hook = hook
         self.backoff = backoff or Backoff()
         self.metrics = metrics or Metrics()
+        self.heads = heads  # follows the published head (P:head) between drains
         self.stopping = threading.Event()
         self._signals = 0
         self._next_gauges = 0.0
@@ -177,6 +180,8 @@ class Service:
                 )
                 self.queue.stale = 0
             self._gauges(len(claimed))
+            if self.heads is not None:  # after the claim: a head published while it blocked labels it
+                self._retry(self.heads.check)
             if not claimed:
                 if s.burst and self._retry(self._input_done):
                     self._log.info("burst_done")

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from producer.client import mask_url as mask_url  # re-exported: one helper, in the light package
+from producer.learning import DEFAULT_KEEP_TEXT_S
 from producer.protocol import DEFAULT_PREFIX
 from worker.engine.options import FLAGS as ENGINE_FLAGS
 from worker.engine.options import EngineOptions, add_engine_arguments
@@ -54,6 +55,7 @@ class Settings:
     max_dead: int = 10_000  # newest dead letters kept; 0 keeps every one
     burst_wait_s: float = 30.0  # --burst gives up (exit 5) after Redis was unreachable this long
     cluster: bool = False  # Redis Cluster client (the prefix gets a hash tag)
+    keep_text_s: int = DEFAULT_KEEP_TEXT_S  # P:text:<id> TTL, so corrections can be trained on; 0: keep none
 
     def __post_init__(self) -> None:
         problems = [p for p in self._problems() if p]
@@ -87,6 +89,7 @@ class Settings:
             if not (self.cluster and self.routes)
             else "route: RQ routing needs a plain Redis, not --cluster",
             "" if not self.cluster or self.redis_url.startswith("redis") else "cluster: needs a redis:// URL",
+            "" if 0 <= self.keep_text_s <= 366 * 86400 else "keep-text-s: must be 0..31622400 (a year)",
         ]
 
     def __repr__(self) -> str:
@@ -144,6 +147,7 @@ _FLAGS: list[tuple[str, type, str]] = [
         float,
         "with --burst, give up (exit 5) when Redis is unreachable this long (default 30)",
     ),
+    ("keep-text-s", int, "keep each ticket's text this long for corrections; 0 keeps none (default 604800)"),
 ]
 
 

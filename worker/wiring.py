@@ -62,6 +62,7 @@ def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None
         max_attempts=settings.max_attempts,
         keep_results_s=settings.keep_results_s,
         max_dead=settings.max_dead,
+        keep_text_s=settings.keep_text_s,
     )
     # The heartbeat gets its own connection so a long batch or a blocked claim never delays it; it
     # beats only while the loop makes progress (the watchdog: see worker.heartbeat).
@@ -81,7 +82,13 @@ def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None
         from worker.routing import Router
 
         hook = Router(client, routes, handler)
-    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook, metrics=metrics)
+    from worker.headwatch import HeadWatch
+
+    def head_loaded(version: str) -> None:  # stats and the dashboard show which head each worker runs
+        heartbeat.info["head_version"] = version
+
+    heads = HeadWatch(client, keys, classifier, on_loaded=head_loaded)
+    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook, metrics=metrics, heads=heads)
 
 
 def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifier) -> int:
