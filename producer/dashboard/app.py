@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from starlette.applications import Starlette
@@ -27,7 +28,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from producer.client import Client, mask_url
+from producer.client import Client, LabelError, mask_url
 from producer.dashboard import data
 from producer.dashboard.security import CSRF_FIELD, SESSION_COOKIE, Auth, Refused, check_origin
 
@@ -126,10 +127,17 @@ def create_app(config: Config, client: Client | None = None) -> Starlette:
             corrected=params.get("corrected", ""),
             q=q or "",
             low_confidence=config.low_confidence,
+            head=data.head_info(client),
         )
 
     def dead_page(request: Request) -> Response:
-        return render(request, "dead.html", rows=data.dead_page(client), total=client.stats().dead)
+        replayed = request.query_params.get("replayed", "")
+        message = ""
+        if replayed.isdigit():
+            n = int(replayed)
+            message = f"{request.query_params.get('what', '')}{n} dead letter{'' if n == 1 else 's'} requeued"
+        rows = data.dead_page(client)
+        return render(request, "dead.html", rows=rows, total=client.stats().dead, message=message)
 
     async def login(request: Request) -> Response:
         if request.method == "GET":
@@ -161,18 +169,42 @@ def create_app(config: Config, client: Client | None = None) -> Starlette:
     async def action_label(request: Request) -> Response:
         form = await request.form()
         try:
-            auth.check_action(request, _str(form.get(CSRF_FIELD)))
+            who = auth.check_action(request, _str(form.get(CSRF_FIELD)))
         except Refused as exc:
             return PlainTextResponse(exc.reason, status_code=exc.status)
-        return PlainTextResponse("corrections are not available yet", status_code=501)
+        ticket_id, label = _str(form.get("id")) or "", _str(form.get("label")) or ""
+        try:
+            await run_in_threadpool(client.label, ticket_id, label, by=f"dashboard:{who}")
+        except LabelError as exc:
+            return PlainTextResponse(str(exc), status_code=422)
+        if "hx-request" not in request.headers:  # a browser without JavaScript: back to the ticket
+            return RedirectResponse(f"/results?q={quote(ticket_id)}", status_code=303)
+        row = await run_in_threadpool(data.row, client, ticket_id)
+        head = await run_in_threadpool(data.head_info, client)
+        if row is None:
+            return PlainTextResponse(f"{ticket_id}: labelled {label}")
+        return render(
+            request,
+            "_result_row.html",
+            row=row,
+            labels=sorted(row.result.scores),
+            low_confidence=config.low_confidence,
+            row_note=f"recorded; head version {head.next_version} will learn it",
+        )
 
     async def action_replay(request: Request) -> Response:
+        """Replay one ticket's dead letters (by id) or all of them: the producer's atomic requeue."""
         form = await request.form()
         try:
             auth.check_action(request, _str(form.get(CSRF_FIELD)))
         except Refused as exc:
             return PlainTextResponse(exc.reason, status_code=exc.status)
-        return PlainTextResponse("replay is not available yet", status_code=501)
+        ticket_id = _str(form.get("id"))
+        if not ticket_id and form.get("all") != "1":
+            return PlainTextResponse("name a ticket id, or all=1", status_code=422)
+        moved = await run_in_threadpool(client.requeue_dead, ticket_id=ticket_id or None)
+        what = f"{ticket_id}: " if ticket_id else ""
+        return RedirectResponse(f"/dead?replayed={len(moved)}&what={quote(what)}", status_code=303)
 
     def healthz(request: Request) -> Response:
         client.redis.ping()

@@ -1,25 +1,32 @@
 """What the dashboard shows, read from Redis through the producer client and the protocol's key names.
 
-Every read here is bounded: a page never walks a whole hash or list, however large the queue grows. The
-functions are plain and synchronous; the web layer runs them in a thread.
+Every read is bounded, however large the queue grows: recent results come from the ``P:done`` index
+(newest first), the throughput from ``ZCOUNT`` over it, and the label mix from the labels of at most
+:data:`LABEL_FETCH` new results per update. The functions are plain and synchronous; the web layer runs
+them in a thread.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import struct
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass, field
-from typing import Any
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from producer.client import Client
+from producer.learning import Correction
 from producer.protocol import DeadLetter, Result
 
 RECENT_LIMIT = 200  # results listed on the results page
-SCAN_LIMIT = 2000  # newest results looked at to fill a filtered page
+SCAN_LIMIT = 2000  # newest results looked through to fill a filtered page
+LABEL_FETCH = 5000  # most new results whose labels one update reads; beyond that the label mix is a sample
 EXCERPT_CHARS = 300  # of a dead letter's payload
-HISTORY_S = 600.0  # the chart's window
+WINDOW_S = 600.0  # the chart's and the label mix's window
+BUCKET_S = 10.0  # the chart's resolution
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,8 @@ class Overview:
     dead: int
     workers: list[WorkerRow]
     oldest_wait_s: float | None  # age of the oldest waiting ticket, when it carries enqueued_at
-    rate: float | None  # tickets/s over the last minute; None until the dashboard has watched that long
-    labels: dict[str, int]  # label -> results, over the chart's window
+    rate: float  # tickets/s over the last minute
+    labels: dict[str, int]  # label -> results, over the last WINDOW_S, most frequent first
 
     @property
     def alive(self) -> int:
@@ -63,47 +70,13 @@ class Overview:
         }
 
 
-@dataclass(frozen=True)
-class ResultRow:
-    result: Result
-    text: str | None  # None when the text store no longer holds it
-    corrected: str | None  # the label a person gave, if any
-
-    @property
-    def confidence(self) -> float:
-        return float(self.result.scores.get(self.result.label, 0.0))
-
-    @property
-    def method(self) -> str:
-        return str(self.result.fields.get("method", "") or _extra(self.result, "method"))
-
-    @property
-    def head(self) -> str:
-        return str(_extra(self.result, "head"))
-
-
-def _extra(result: Result, name: str) -> Any:
-    return getattr(result, name, "") or ""
-
-
-@dataclass(frozen=True)
-class DeadRow:
-    index: int  # position in the dead list, newest first, when it was read
-    letter: DeadLetter
-
-    @property
-    def excerpt(self) -> str:
-        text = self.letter.payload.decode("utf-8", "replace")
-        return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
-
-
 def overview(client: Client, history: History, now: float | None = None) -> Overview:
     now = time.time() if now is None else now
     stats = client.stats()
     workers = []
     for w in stats.workers:
         beat = w.info.get("at")
-        age = max(0.0, now - float(beat)) if w.alive and isinstance(beat, (int, float)) else None
+        age = max(0.0, now - float(beat)) if w.alive and _is_number(beat) else None
         workers.append(
             WorkerRow(
                 id=w.id,
@@ -114,7 +87,7 @@ def overview(client: Client, history: History, now: float | None = None) -> Over
                 host=str(w.info.get("host", "")),
             )
         )
-    sample = history.record(client, stats.done, stats.waiting, stats.inflight, now)
+    history.update(client, stats.waiting, now)
     return Overview(
         at=now,
         waiting=stats.waiting,
@@ -123,14 +96,14 @@ def overview(client: Client, history: History, now: float | None = None) -> Over
         dead=stats.dead,
         workers=workers,
         oldest_wait_s=oldest_wait(client, now),
-        rate=history.rate(60.0, now),
-        labels=dict(sorted(history.label_totals().items(), key=lambda kv: (-kv[1], kv[0]))) or sample.labels,
+        rate=client.redis.zcount(client.keys.done, now - 60.0, now) / 60.0,
+        labels=history.label_totals(),
     )
 
 
 def oldest_wait(client: Client, now: float) -> float | None:
-    """How long the oldest waiting ticket (the right end of the input list) has waited, if it says when
-    it was enqueued."""
+    """How long the oldest waiting ticket (the right end of the input list) has waited, when it says
+    when it was enqueued (``enqueued_at``)."""
     raw = client.redis.lindex(client.keys.tickets, -1)
     if raw is None:
         return None
@@ -139,111 +112,111 @@ def oldest_wait(client: Client, now: float) -> float | None:
     except (ValueError, RecursionError):
         return None
     stamp = obj.get("enqueued_at") if isinstance(obj, dict) else None
-    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
-        return max(0.0, now - float(stamp))
-    return None
+    return max(0.0, now - float(stamp)) if _is_number(stamp) else None
 
 
-@dataclass
-class Sample:
-    t: float
-    done: int
-    waiting: int
-    inflight: int
-    labels: dict[str, int] = field(default_factory=dict)  # labels of results finished since the last sample
+def _is_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class History:
-    """The chart's memory: a sample every few seconds, kept for :data:`HISTORY_S`, in this process only
-    (like Flower's); a restarted dashboard starts a new chart."""
+    """The chart: tickets/s per :data:`BUCKET_S` from ``P:done`` (exact), the labels of results as they
+    finish, and the queue depth as this process sampled it; from shortly before this process started, up
+    to :data:`WINDOW_S` back."""
 
-    def __init__(self, window_s: float = HISTORY_S) -> None:
+    def __init__(self, window_s: float = WINDOW_S, bucket_s: float = BUCKET_S) -> None:
         self.window_s = window_s
-        self.samples: deque[Sample] = deque()
+        self.bucket_s = bucket_s
         self._lock = threading.Lock()
-        self._seen_at = 0.0  # newest result time already counted into a sample
+        self._labels: dict[float, Counter[str]] = {}  # bucket start -> label counts
+        self._waiting: dict[float, int] = {}  # bucket start -> last depth seen in it
+        self._done: dict[float, int] = {}  # bucket start -> results finished in it
+        self._seen = 0.0  # finish time of the newest result whose label is counted
+        self._since: float | None = None  # the first update's bucket: the chart starts there
 
-    def record(self, client: Client, done: int, waiting: int, inflight: int, now: float) -> Sample:
-        labels = self._new_labels(client)
-        sample = Sample(t=now, done=done, waiting=waiting, inflight=inflight, labels=labels)
+    def _bucket(self, t: float) -> float:
+        return math.floor(t / self.bucket_s) * self.bucket_s
+
+    def update(self, client: Client, waiting: int, now: float) -> None:
+        if self._since is None:
+            self._since = self._bucket(now) - 2 * self.bucket_s  # a little of the past, from P:done
+        start = max(self._bucket(now - self.window_s) + self.bucket_s, self._since)
+        buckets = [start + n * self.bucket_s for n in range(round((now - start) / self.bucket_s) + 1)]
+        keys = client.keys
+        with client.redis.pipeline(transaction=False) as pipe:
+            for b in buckets:
+                pipe.zcount(keys.done, b, f"({b + self.bucket_s}")
+            lo = f"({self._seen}" if self._seen else start
+            pipe.zrangebyscore(keys.done, lo, "+inf", start=0, num=LABEL_FETCH, withscores=True)
+            *counts, fresh = pipe.execute()
+        labels = _labels_of(client, [_text(i) for i, _ in fresh])
         with self._lock:
-            if self.samples and now - self.samples[-1].t < 0.5:
-                last = self.samples[-1]  # two pages polling at once: merge rather than make a 0 s step
-                for k, v in labels.items():
-                    last.labels[k] = last.labels.get(k, 0) + v
-                return last
-            self.samples.append(sample)
-            while self.samples and now - self.samples[0].t > self.window_s:
-                self.samples.popleft()
-        return sample
+            self._done = dict(zip(buckets, (int(c) for c in counts), strict=True))
+            self._waiting[self._bucket(now)] = waiting
+            for (_, at), label in zip(fresh, labels, strict=True):
+                self._seen = max(self._seen, float(at))
+                if label is not None:
+                    self._labels.setdefault(self._bucket(float(at)), Counter())[label] += 1
+            for table in (self._labels, self._waiting):
+                for b in [b for b in table if b < start]:
+                    del table[b]
 
-    def _new_labels(self, client: Client) -> dict[str, int]:
-        newest = self._seen_at
-        counts: Counter[str] = Counter()
-        for result in recent_results(client, SCAN_LIMIT):
-            if result.at <= self._seen_at:
-                continue
-            counts[result.label] += 1
-            newest = max(newest, result.at)
-        first = self._seen_at == 0.0
-        self._seen_at = newest
-        # The first look has no "since": count nothing rather than the whole backlog at once.
-        return {} if first else dict(counts)
-
-    def rate(self, over_s: float, now: float) -> float | None:
-        with self._lock:
-            recent = [s for s in self.samples if now - s.t <= over_s]
-        if len(recent) < 2 or recent[-1].t - recent[0].t <= 0:
-            return None
-        return max(0, recent[-1].done - recent[0].done) / (recent[-1].t - recent[0].t)
-
-    def label_totals(self) -> Counter[str]:
+    def label_totals(self) -> dict[str, int]:
         with self._lock:
             total: Counter[str] = Counter()
-            for s in self.samples:
-                total.update(s.labels)
-        return total
+            for counts in self._labels.values():
+                total.update(counts)
+        return dict(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def series(self) -> dict[str, Any]:
-        """Columns for the chart: time, tickets/s between samples, waiting, and each label's results/s."""
+        """Columns for the chart: bucket ends, tickets/s, waiting, and each label's results/s."""
         with self._lock:
-            samples = list(self.samples)
-        names = sorted({k for s in samples for k in s.labels})
-        t: list[float] = []
-        rate: list[float | None] = []
-        waiting: list[int] = []
-        labels: dict[str, list[float | None]] = {n: [] for n in names}
-        for prev, cur in zip([None, *samples[:-1]], samples, strict=True):
-            t.append(round(cur.t, 3))
-            waiting.append(cur.waiting)
-            dt = cur.t - prev.t if prev is not None else 0.0
-            rate.append(round(max(0, cur.done - prev.done) / dt, 3) if prev is not None and dt > 0 else None)
-            for n in names:
-                labels[n].append(round(cur.labels.get(n, 0) / dt, 3) if dt > 0 else None)
-        return {"t": t, "rate": rate, "waiting": waiting, "labels": labels}
+            buckets = sorted(self._done)
+            names = sorted({n for c in self._labels.values() for n in c})
+            return {
+                "t": [b + self.bucket_s for b in buckets],
+                "rate": [round(self._done[b] / self.bucket_s, 3) for b in buckets],
+                "waiting": [self._waiting.get(b) for b in buckets],
+                "labels": {
+                    n: [round(self._labels.get(b, Counter())[n] / self.bucket_s, 3) for b in buckets]
+                    for n in names
+                },
+            }
 
 
-def recent_results(client: Client, limit: int = RECENT_LIMIT) -> list[Result]:
-    """The newest results first, among at most ``limit`` of the results hash."""
-    out = []
-    for n, (_, raw) in enumerate(client.redis.hscan_iter(client.keys.results, count=500)):
-        if n >= limit:
-            break
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+def _labels_of(client: Client, ids: list[str]) -> list[str | None]:
+    if not ids:
+        return []
+    out: list[str | None] = []
+    for raw in client.redis.hmget(client.keys.results, ids):
         try:
-            out.append(Result.from_json(raw))
+            out.append(Result.from_json(raw).label if raw is not None else None)
         except (ValueError, KeyError, TypeError):
-            continue
-    out.sort(key=lambda r: r.at, reverse=True)
+            out.append(None)
     return out
 
 
-def texts(client: Client, ids: list[str]) -> dict[str, str]:
-    """Ticket texts from the bounded text store, for those it still holds."""
-    return {}
+@dataclass(frozen=True)
+class ResultRow:
+    result: Result
+    text: str | None  # None when the text store no longer holds it
+    correction: Correction | None
+
+    @property
+    def confidence(self) -> float:
+        return float(self.result.scores.get(self.result.label, 0.0))
 
 
-def corrections(client: Client, ids: list[str]) -> dict[str, str]:
-    return {}
+def recent_results(client: Client, limit: int = RECENT_LIMIT) -> list[Result]:
+    """The newest results first (by ``P:done``); ids whose result was trimmed meanwhile are skipped."""
+    newest = client.redis.zrevrange(client.keys.done, 0, max(limit, 1) - 1)
+    ids = [_text(i) for i in newest if isinstance(i, (bytes, str))]
+    found = client.get_many(ids)
+    return [found[i] for i in ids if i in found]
 
 
 def results_page(
@@ -260,39 +233,134 @@ def results_page(
         found = client.get(q)
         candidates = [found] if found is not None else []
     else:
-        candidates = recent_results(client, SCAN_LIMIT)
+        candidates = recent_results(client, SCAN_LIMIT if (label or low or corrected is not None) else limit)
     if label:
         candidates = [r for r in candidates if r.label == label]
     if low is not None:
         candidates = [r for r in candidates if r.scores.get(r.label, 0.0) < low]
-    ids = [r.id for r in candidates]
-    fixed = corrections(client, ids)
+    fixed = corrections(client, [r.id for r in candidates])
     if corrected is not None:
         candidates = [r for r in candidates if (r.id in fixed) == corrected]
     candidates = candidates[:limit]
     text = texts(client, [r.id for r in candidates])
-    return [ResultRow(result=r, text=text.get(r.id), corrected=fixed.get(r.id)) for r in candidates]
+    return [ResultRow(result=r, text=text.get(r.id), correction=fixed.get(r.id)) for r in candidates]
 
 
-def known_labels(rows: list[ResultRow], extra: list[str] | tuple[str, ...] = ()) -> list[str]:
+def row(client: Client, ticket_id: str) -> ResultRow | None:
+    rows = results_page(client, q=ticket_id)
+    return rows[0] if rows else None
+
+
+def texts(client: Client, ids: list[str]) -> dict[str, str]:
+    """Ticket texts from the bounded text store (``P:text:<id>``), for the ids it still holds."""
+    if not ids:
+        return {}
+    raw = client.redis.mget([client.keys.text(i) for i in ids])
+    return {i: _text(t) for i, t in zip(ids, raw, strict=True) if t is not None}
+
+
+def corrections(client: Client, ids: list[str]) -> dict[str, Correction]:
+    if not ids:
+        return {}
+    out = {}
+    for i, raw in zip(ids, client.redis.hmget(client.keys.labels, ids), strict=True):
+        if raw is None:
+            continue
+        try:
+            out[i] = Correction.from_json(i, raw)
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+def known_labels(rows: list[ResultRow]) -> list[str]:
     """Every label a result was scored against: the task's label set, as the workers see it."""
-    names = set(extra)
-    for row in rows:
-        names.update(row.result.scores)
-    return sorted(names)
+    return sorted({name for r in rows for name in r.result.scores})
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """The published head, as far as the producer side can read it without the worker's code."""
+
+    version: str | None  # None: no head published yet
+    next_version: str  # the version the next ``train --from-redis --publish`` will get
+    at: float | None
+    training: dict[str, Any]  # the head file's training metadata (n, cv_accuracy, corrections ...)
+    corrections: int  # recorded in P:labels
+
+    @property
+    def correction_accuracy(self) -> tuple[Any, Any] | None:
+        """Accuracy on the corrections before and after training, when the trainer recorded them."""
+        t = self.training
+        for before, after in (
+            ("corrections_accuracy_before", "corrections_accuracy_after"),
+            ("corrections_before", "corrections_after"),
+        ):
+            if before in t and after in t:
+                return t[before], t[after]
+        nested = t.get("corrections")
+        if isinstance(nested, dict) and "accuracy_before" in nested and "accuracy_after" in nested:
+            return nested["accuracy_before"], nested["accuracy_after"]
+        return None
+
+
+_HEAD_META: dict[tuple[str, str], dict[str, Any]] = {}  # (prefix, version) -> training metadata
+
+
+def head_info(client: Client) -> HeadInfo:
+    keys = client.keys
+    with client.redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.head, ["version", "at"])
+        pipe.get(keys.head_seq)
+        pipe.hlen(keys.labels)
+        (version_raw, at_raw), seq_raw, n_corrections = pipe.execute()
+    version = _text(version_raw) if version_raw is not None else None
+    last = int(seq_raw) if seq_raw is not None and _text(seq_raw).isdigit() else 0
+    training: dict[str, Any] = {}
+    if version is not None:
+        cache_key = (keys.prefix, version)
+        if cache_key not in _HEAD_META:
+            _HEAD_META[cache_key] = _training_metadata(client.redis.hget(keys.head, "data"))
+        training = _HEAD_META[cache_key]
+    at = float(at_raw) if at_raw is not None and _text(at_raw).replace(".", "", 1).isdigit() else None
+    return HeadInfo(
+        version=version, next_version=str(last + 1), at=at, training=training, corrections=int(n_corrections)
+    )
+
+
+def _training_metadata(data: bytes | str | None) -> dict[str, Any]:
+    """The ``training`` entry of a head file's metadata. A head is a safetensors file: 8 bytes of header
+    length, then a JSON header whose ``__metadata__.ticketq`` is ticketq's JSON. Read with the standard
+    library, so the producer side needs no torch; anything unexpected reads as no metadata."""
+    try:
+        if not isinstance(data, bytes) or len(data) < 8:
+            return {}
+        (size,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8 : 8 + min(size, 1 << 20)])
+        meta = json.loads(header["__metadata__"]["ticketq"])
+        training = meta.get("training")
+        return dict(training) if isinstance(training, dict) else {}
+    except (ValueError, KeyError, TypeError, struct.error):
+        return {}
+
+
+@dataclass(frozen=True)
+class DeadRow:
+    letter: DeadLetter
+
+    @property
+    def excerpt(self) -> str:
+        text = self.letter.payload.decode("utf-8", "replace")
+        return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
 
 
 def dead_page(client: Client, limit: int = 100) -> list[DeadRow]:
     rows = []
-    for n, raw in enumerate(client.redis.lrange(client.keys.dead, 0, max(limit, 1) - 1)):
+    for raw in client.redis.lrange(client.keys.dead, 0, max(limit, 1) - 1):
+        raw_bytes = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
         try:
-            rows.append(DeadRow(index=n, letter=DeadLetter.from_json(raw)))
+            letter = DeadLetter.from_json(raw_bytes)
         except (ValueError, TypeError):
-            rows.append(
-                DeadRow(index=n, letter=DeadLetter(reason="unreadable dead letter", payload=_bytes(raw)))
-            )
+            letter = DeadLetter(reason="unreadable dead letter", payload=raw_bytes)
+        rows.append(DeadRow(letter=letter))
     return rows
-
-
-def _bytes(raw: bytes | str) -> bytes:
-    return raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")

@@ -40,6 +40,8 @@ def seed(r: redis.Redis, keys: Keys, now: float | None = None) -> Seeded:
         scores[label] = 0.8 if tid != "T-3" else 0.4
         result = Result(id=tid, label=label, scores=scores, model="fake", digest="d", worker="w1", at=now - n)
         r.hset(keys.results, tid, result.to_json())
+        r.zadd(keys.done, {tid: result.at})
+        r.set(keys.text(tid), texts[tid], ex=600)
     for n in range(7):
         payload = {"id": f"W-{n}", "text": f"waiting {n}", "v": 1, "enqueued_at": now - 42 + n}
         r.lpush(keys.tickets, json.dumps(payload))
@@ -49,4 +51,6 @@ def seed(r: redis.Redis, keys: Keys, now: float | None = None) -> Seeded:
     r.rpush(keys.inflight("w2"), b"{}")  # w2's heartbeat expired: shown as not alive
     for reason in ("not JSON: Expecting value", "missing field: text"):
         r.rpush(keys.dead, DeadLetter(reason=reason, payload=b"oops " + XSS.encode(), worker="w1").to_json())
-    return Seeded(waiting=7, inflight=4, dead=2, results=results, texts=texts)
+    replayable = json.dumps({"id": "D-1", "text": "charged again", "v": 1}).encode()
+    r.lpush(keys.dead, DeadLetter(reason="engine error: boom", payload=replayable, id="D-1").to_json())
+    return Seeded(waiting=7, inflight=4, dead=3, results=results, texts=texts)

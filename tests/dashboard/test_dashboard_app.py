@@ -7,10 +7,13 @@ import base64
 import re
 
 import pytest
+import redis
 from dashboard_seed import TOKEN, XSS, Seeded
 from starlette.testclient import TestClient
 
+from producer.client import Client
 from producer.dashboard.security import Auth
+from producer.protocol import Keys
 
 pytestmark = pytest.mark.redis
 
@@ -32,7 +35,7 @@ def test_overview_shows_the_numbers_in_redis(make_app, seeded: Seeded) -> None:
         assert 'id="n-alive">1<' in html
         assert "42 s" in html or "41 s" in html  # oldest waiting, from its enqueued_at
         data = client.get("/api/overview").json()
-        assert (data["waiting"], data["inflight"], data["dead"], data["alive"]) == (7, 4, 2, 1)
+        assert (data["waiting"], data["inflight"], data["dead"], data["alive"]) == (7, 4, 3, 1)
         beat = {w["id"]: w for w in data["workers"]}
         assert beat["w1"]["alive"] and 2 <= beat["w1"]["heartbeat_age_s"] < 10
         assert not beat["w2"]["alive"] and beat["w2"]["heartbeat_age_s"] is None
@@ -42,7 +45,8 @@ def test_overview_shows_the_numbers_in_redis(make_app, seeded: Seeded) -> None:
 def test_results_escape_ticket_text_and_filter(make_app, seeded: Seeded) -> None:
     with TestClient(make_app()) as client:
         html = client.get("/results").text
-        assert XSS not in html
+        assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "I was charged twice" in html
         for tid in seeded.results:
             assert f"<code>{tid}</code>" in html
         billing = client.get("/results", params={"label": "billing"}).text
@@ -71,7 +75,7 @@ def test_read_only_without_credentials(make_app, seeded: Seeded) -> None:
         assert client.post("/actions/replay", data={"all": "1"}).status_code == 403
 
 
-def test_actions_need_sign_in_and_csrf(make_app, seeded: Seeded) -> None:
+def test_actions_need_sign_in_and_csrf(make_app, seeded: Seeded, redis_url: str, prefix: str) -> None:
     with TestClient(make_app(Auth(token=TOKEN))) as client:
         assert client.post("/actions/label", data={"id": "T-1", "label": "technical"}).status_code == 401
         assert client.post("/login", data={"token": "wrong-token-xxxx"}).status_code == 401
@@ -81,6 +85,17 @@ def test_actions_need_sign_in_and_csrf(make_app, seeded: Seeded) -> None:
         csrf = _csrf(page)
         no_csrf = client.post("/actions/label", data={"id": "T-1", "label": "technical"})
         assert no_csrf.status_code == 403
+        done = client.post(
+            "/actions/label",
+            data={"id": "T-1", "label": "technical", "csrf": csrf},
+            headers={"hx-request": "true", "origin": str(client.base_url)},
+        )
+        assert done.status_code == 200, done.text
+        assert "→ technical" in done.text and "head version 1 will learn it" in done.text
+        stored = Client(redis.Redis.from_url(redis_url), prefix).correction_records()
+        assert {(c.id, c.label, c.was) for c in stored} == {("T-1", "technical", "billing")}
+        unknown = client.post("/actions/label", data={"id": "T-1", "label": "nonsense", "csrf": csrf})
+        assert unknown.status_code == 422 and "unknown label" in unknown.text
         cross = client.post(
             "/actions/label",
             data={"id": "T-1", "label": "technical", "csrf": csrf},
@@ -110,3 +125,17 @@ def test_no_secret_in_pages(redis_url: str, prefix: str, seeded: Seeded) -> None
             body = client.get(path).text
             assert "hunter2-secret" not in body
         assert "user:***@" in client.get("/").text
+
+
+def test_replay_one_and_all(make_app, seeded: Seeded, r: redis.Redis, keys: Keys) -> None:
+    with TestClient(make_app(Auth(token=TOKEN))) as client:
+        client.post("/login", data={"token": TOKEN})
+        page = client.get("/dead").text
+        csrf = _csrf(page)
+        assert 'name="id" value="D-1"' in page  # the letters without an id can only go with "all"
+        one = client.post("/actions/replay", data={"id": "D-1", "csrf": csrf})
+        assert one.status_code == 200 and "D-1: 1 dead letter requeued" in one.text
+        assert r.llen(keys.dead) == seeded.dead - 1
+        assert r.lindex(keys.tickets, 0) == b'{"id": "D-1", "text": "charged again", "v": 1}'
+        everything = client.post("/actions/replay", data={"all": "1", "csrf": csrf})
+        assert everything.status_code == 200 and r.llen(keys.dead) == 0

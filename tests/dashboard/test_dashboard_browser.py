@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 from dashboard_seed import TOKEN, XSS, Seeded
@@ -33,7 +35,7 @@ def test_ticket_text_renders_as_text(page, live_server: str, seeded: Seeded) -> 
     page.goto(live_server + "/dead")
     assert XSS in page.locator("#dead").inner_text()
     page.goto(live_server + "/results")
-    assert page.locator("tr[data-id='T-XSS']").count() == 1
+    assert page.locator("tr[data-id='T-XSS'] td.text").inner_text() == XSS
     assert alerts == []
 
 
@@ -55,3 +57,20 @@ def test_sign_in(page, live_server: str, seeded: Seeded) -> None:
     page.goto(live_server + "/results")
     assert page.locator("#mode").inner_text() == "can act"
     assert page.locator("tr[data-id='T-1'] button", has_text="Correct").count() == 1
+
+
+def test_a_correction_made_by_clicking_lands_in_redis(
+    page, live_server: str, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    page.goto(live_server + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button[type=submit]")
+    page.goto(live_server + "/results")
+    row = page.locator("tr[data-id='T-3']")
+    row.locator("select[name=label]").select_option("technical")
+    row.locator("button", has_text="Correct").click()
+    page.locator("tr[data-id='T-3'] .corrected").wait_for()
+    assert "technical" in page.locator("tr[data-id='T-3'] .corrected").inner_text()
+    stored = r.hget(keys.labels, "T-3")
+    assert stored is not None and json.loads(stored)["label"] == "technical"
+    assert json.loads(stored)["text"] == seeded.texts["T-3"]

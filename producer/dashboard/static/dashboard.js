@@ -1,4 +1,15 @@
-// The overview's chart: polls /api/history and redraws with uPlot. No framework, no build step.
+// ticketq's dashboard script: action errors shown in place, and the overview's chart. No build step.
+
+// htmx does not swap an error response: show its text beside the form that asked (as text, never HTML).
+document.addEventListener("htmx:responseError", function (e) {
+  var at = e.detail.elt && e.detail.elt.closest ? e.detail.elt.closest("td") || e.detail.elt : null;
+  if (!at) return;
+  var box = at.querySelector(".error");
+  if (!box) { box = document.createElement("div"); box.className = "error"; at.appendChild(box); }
+  box.textContent = e.detail.xhr.status + ": " + e.detail.xhr.responseText;
+});
+
+// The overview's chart: polls /api/history and redraws with uPlot.
 (function () {
   "use strict";
   var el = document.getElementById("chart");
