@@ -7,10 +7,11 @@ Real queue, real worker processes, real dashboard; only the classifier is the ke
    prefix ``ticketq-screenshot``, cleared before and after;
 2. starts the dashboard (uvicorn, in this process) and two fake workers, each batch slowed to look like a
    model's pace;
-3. pushes the bundled sample tickets in waves for ``--seconds`` (a burst half-way, so the queue grows and
-   drains), plus a few malformed payloads, which end as dead letters;
-4. corrects, as a person would on the results page, the tickets whose sample label the fake got wrong;
-5. takes the screenshot with Debian's Chromium (``/usr/bin/chromium``) through Playwright.
+3. pushes the bundled sample tickets, a few a second with a burst every 25 s (so the queue grows and
+   drains), plus now and then a malformed payload, which ends as a dead letter;
+4. half-way, corrects (as a person would on the results page) tickets whose sample label the fake got wrong;
+5. after ``--seconds``, while tickets still flow, takes the screenshot with Debian's Chromium
+   (``/usr/bin/chromium``) through Playwright.
 """
 
 from __future__ import annotations
@@ -89,17 +90,22 @@ def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namesp
     threading.Thread(target=server.run, daemon=True).start()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "tools.fakeworker", "--redis-url", url, "--prefix", PREFIX]
-    cmd += ["--model", f"fake:{LABELS}?delay_ms=150", "--log-format", "json", "--log-level", "warning"]
+    cmd += ["--model", f"fake:{LABELS}?delay_ms=400", "--log-format", "json", "--log-level", "warning"]
     workers = [
         subprocess.Popen([*cmd, "--worker-id", f"worker-{n + 1}"], env=env, stdout=subprocess.DEVNULL)
         for n in range(args.workers)
     ]
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(client, conn, tickets, stop), daemon=True)
+    feeder.start()
     try:
-        _feed(client, conn, tickets, args.seconds)
+        time.sleep(args.seconds / 2)
         _correct(client, tickets)
-        time.sleep(6)  # a last chart sample after the corrections
-        _shoot(f"http://127.0.0.1:{port}", args.out, args.results_out)
+        time.sleep(args.seconds / 2)
+        _shoot(f"http://127.0.0.1:{port}", args.out, args.results_out)  # while tickets still flow
     finally:
+        stop.set()
+        feeder.join(timeout=10)
         for w in workers:
             w.terminate()
         for w in workers:
@@ -109,29 +115,25 @@ def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namesp
     return 0
 
 
-def _feed(client: Client, conn: redis.Redis, tickets: list[dict], seconds: float) -> None:
+def _feed(client: Client, conn: redis.Redis, tickets: list[dict], stop: threading.Event) -> None:
+    """A few tickets a second, and now and then a burst the workers take a while to drain."""
     rng = random.Random(7)
     keys = Keys(PREFIX)
-    start = time.monotonic()
     n = 0
-    burst_done = False
-    while (elapsed := time.monotonic() - start) < seconds:
-        wave = 40 if not burst_done and elapsed > seconds / 2 else rng.randint(2, 6)
-        burst_done = burst_done or wave == 40
+    second = 0
+    while not stop.wait(1.0):
+        second += 1
+        wave = 60 if second % 25 == 0 else rng.randint(2, 7)
         batch = []
         for _ in range(wave):
             t = dict(tickets[n % len(tickets)])
-            t["id"] = f"{t['id']}-{n // len(tickets)}" if n >= len(tickets) else t["id"]
-            t["enqueued_at"] = round(time.time(), 3)
-            batch.append(t)
+            if n >= len(tickets):
+                t["id"] = f"{t['id']}-{n // len(tickets)}"
+            batch.append(t)  # the client stamps enqueued_at
             n += 1
         client.push(batch)
-        if rng.random() < 0.06:  # another service writes something that is not a ticket
+        if rng.random() < 0.05:  # another service writes something that is not a ticket
             conn.lpush(keys.tickets, rng.choice([b'{"id": "x-1", "txt": "typo in the field"}', b"not json"]))
-        time.sleep(1.0)
-    deadline = time.monotonic() + 60
-    while conn.llen(keys.tickets) and time.monotonic() < deadline:
-        time.sleep(0.5)
 
 
 def _correct(client: Client, tickets: list[dict]) -> None:

@@ -171,7 +171,8 @@ class History:
     def series(self) -> dict[str, Any]:
         """Columns for the chart: bucket ends, tickets/s, waiting, and each label's results/s."""
         with self._lock:
-            buckets = sorted(self._done)
+            # The bucket still filling would show as a dip: the chart ends at the last whole one.
+            buckets = sorted(self._done)[:-1]
             names = sorted({n for c in self._labels.values() for n in c})
             return {
                 "t": [b + self.bucket_s for b in buckets],

@@ -139,3 +139,28 @@ def test_replay_one_and_all(make_app, seeded: Seeded, r: redis.Redis, keys: Keys
         assert r.lindex(keys.tickets, 0) == b'{"id": "D-1", "text": "charged again", "v": 1}'
         everything = client.post("/actions/replay", data={"all": "1", "csrf": csrf})
         assert everything.status_code == 200 and r.llen(keys.dead) == 0
+
+
+def test_head_note_reads_the_published_heads_training_metadata(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    """A head file is safetensors: 8 bytes of header length, a JSON header whose __metadata__.ticketq is
+    ticketq's JSON. The dashboard reads it with the standard library (no torch on the producer side)."""
+    import json
+    import struct
+
+    training = {
+        "n": 120,
+        "cv_accuracy": 0.93,
+        "corrections_accuracy_before": 0.1,
+        "corrections_accuracy_after": 0.9,
+    }
+    header = json.dumps({"__metadata__": {"ticketq": json.dumps({"training": training})}}).encode()
+    data = struct.pack("<Q", len(header)) + header
+    r.hset(keys.head, mapping={"version": "3", "data": data, "at": "1700000000.5"})
+    r.set(keys.head_seq, 3)
+    with TestClient(make_app()) as client:
+        note = client.get("/results").text
+        assert "head version 3" in note and "trained on 120 tickets" in note and "93%" in note
+        assert "head version 4 will learn" in note
+        assert "10% before, 90% after" in note
