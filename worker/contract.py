@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from producer.protocol import DeadLetter, Result, Ticket
 
@@ -34,6 +34,16 @@ class Classifier(Protocol):
     def classify(
         self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
     ) -> tuple[list[Prediction], list[BatchStats]]: ...
+
+
+@runtime_checkable
+class TakesHeads(Protocol):
+    """A classifier that can switch to a head published in Redis (:mod:`worker.headwatch`); the engine is
+    one, test doubles need not be. ``head`` is the head in use (with ``id`` and ``version``), or None."""
+
+    head: Any
+
+    def load_head(self, data: bytes, version: str) -> None: ...  # raises HeadError, keeping the old head
 
 
 @dataclass(frozen=True)

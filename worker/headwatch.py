@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from producer.protocol import Keys
+from worker.contract import TakesHeads
 from worker.logs import get_logger
 from worker.queue import transient
 
@@ -56,17 +57,16 @@ class HeadWatch:
             return False
         version, data = changed
         self.seen = version
-        load = getattr(self.classifier, "load_head", None)
-        if load is None:
+        if not isinstance(self.classifier, TakesHeads):
             self._log.warning("head_rejected", version=version, reason="this classifier takes no head")
             return False
         try:
-            load(data, version)
+            self.classifier.load_head(data, version)
         except Exception as exc:  # HeadError, or anything a corrupt file provokes: keep the current head
             reason = str(exc) if type(exc).__name__ == "HeadError" else f"{type(exc).__name__}: {exc}"
             self._log.warning("head_rejected", version=version, reason=reason[:500], bytes=len(data))
             return False
-        head = getattr(self.classifier, "head", None)
+        head = self.classifier.head
         self._log.info("head_loaded", version=version, id=getattr(head, "id", None), bytes=len(data))
         if self.on_loaded is not None:
             self.on_loaded(version)

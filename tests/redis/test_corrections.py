@@ -147,7 +147,7 @@ def test_read_corrections_makes_a_training_set(r: redis.Redis, keys: Keys) -> No
         seen(r, keys, f"c{i}", f"text {i}")
         client.label(f"c{i}", label)
     rows = [("c1", "old text 1", "billing"), ("f1", "from the file", "billing")]
-    data = training_set(read_corrections(client), rows, labels=["billing", "technical", "account"])
+    data = training_set(read_corrections(client), rows)
     assert dict(zip(data.ids, zip(data.texts, data.labels, strict=True), strict=True)) == {
         "c0": ("text 0", "account"),
         "c1": ("text 1", "technical"),  # the correction wins over the file's row

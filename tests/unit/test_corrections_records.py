@@ -56,11 +56,10 @@ def test_label_problems_are_found_before_redis_is_asked(label: str, by: str | No
     assert issubclass(LabelError, ValueError)
 
 
-def test_training_set_needs_data_and_the_tasks_labels() -> None:
+def test_training_set_needs_data_and_lets_corrections_replace_file_rows() -> None:
     with pytest.raises(CorrectionsError, match="no training data"):
         training_set([], [])
-    rows = [("f1", "text", "refunds"), ("f2", "text", "billing"), ("f3", "text", "fraud")]
-    with pytest.raises(CorrectionsError, match=r"^labels the task lacks: fraud, refunds \(task labels"):
-        training_set([], rows, labels=["billing", "account"])
-    data = training_set([Correction("f1", "billing", "new text")], rows[:2], labels=["billing"])
+    rows = [("f1", "text", "refunds"), ("f2", "text", "billing")]
+    data = training_set([Correction("f1", "billing", "new text")], rows)
     assert data.texts == ["new text", "text"] and data.counts() == {"billing": 2}
+    assert (data.from_redis, data.from_file) == (1, 1)
