@@ -45,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine.load(options)
     loaded, task = engine.loaded, engine.task
     reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
-    dtype = str(loaded.dtype).removeprefix("torch.")
-    print(f"verify: {len(texts)} tickets, model {loaded.name}, {dtype}, {torch.get_num_threads()} threads")
+    print(
+        f"verify: {len(texts)} tickets, model {loaded.name}, {loaded.dtype_name}, "
+        f"{torch.get_num_threads()} threads"
+    )
 
     start = time.perf_counter()
     ref = torch.tensor([reference.score_one(t) for t in _progress(texts, "reference")])

@@ -65,6 +65,9 @@ def test_quick_bench_runs_every_mode_and_they_agree(tiny_dir, redis_url, prefix,
     assert by["per-item"]["padding_overhead"] == 0.0  # one ticket per pass pads nothing
     assert by["engine"]["padding_overhead"] < by["bucketed"]["padding_overhead"]
     assert 0 < report["engine_peak_fraction"] < 1
+    assert by["per-item"]["flop_bound"] == 1.0 and by["bucketed"]["flop_bound"] == 1.0
+    assert by["engine"]["flop_bound"] > 1 and by["naive"]["flop_bound"] < 1  # prefix cached; every label
+    assert by["engine"]["of_bound"] > 0 and by["engine"]["gflops"] > 0 and by["engine"]["peak_fraction"] > 0
     assert png.read_bytes().startswith(PNG)
     table = capsys.readouterr().out
     assert "end-to-end" in table and "items/s" in table and "length-stratified sample of 8" in table
@@ -88,6 +91,20 @@ def test_a_prefix_in_use_is_refused_and_left_alone(tiny_dir, redis_url, prefix, 
     assert _bench(tiny_dir, redis_url, prefix, "--quick", "--modes", "end-to-end") == 1
     assert "already exist" in capsys.readouterr().err
     assert r.llen(f"{prefix}-e2e0:tickets") == 1
+
+
+def test_the_peer_reports_itself_not_installed(tiny_dir, tmp_path, capsys) -> None:
+    from worker.bench import peer
+
+    if peer.available():
+        pytest.skip("llama-cpp-python is installed here")
+    out = tmp_path / "bench.json"
+    flags = ["--quick", "--baseline-n", "4", "--modes", "per-item,llamacpp", "--json", str(out)]
+    assert _bench(tiny_dir, "redis://unused", "unused", *flags) == 0
+    report = json.loads(out.read_text())
+    assert [m["name"] for m in report["modes"]] == ["per-item"]
+    assert any(n.startswith("llamacpp: not installed") and "GGML_NATIVE=OFF" in n for n in report["notes"])
+    assert "llamacpp: not installed" in capsys.readouterr().out
 
 
 def test_naive_scorer_equals_the_reference(tiny: LoadedModel) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .decide import decide
-from .model import LoadedModel, load_model
+from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
@@ -33,18 +33,29 @@ class Engine:
         self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
         pad = self.tokenizer.pad_token_id
         self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
+        self.startup: dict[str, Any] = {}
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
 
     @classmethod
     def load(cls, options: EngineOptions | None = None) -> Engine:
-        """Load the model and the task ``options`` name (torch's thread count too, when it is set)."""
+        """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
+        set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`)."""
+        from . import autodtype, threads
+
         opts = options or EngineOptions()
-        if opts.threads:
-            torch.set_num_threads(opts.threads)
-        loaded = load_model(opts.model, dtype=opts.dtype, device=opts.device)
-        return cls(loaded, load_task(opts.task), opts)
+        chosen = threads.apply(opts.threads)
+        task = load_task(opts.task)
+        loaded, decision = autodtype.load(
+            opts.model, task, lambda m: cls(m, task, opts), dtype=opts.dtype, device=opts.device
+        )
+        engine = cls(loaded, task, opts)
+        engine.startup = {
+            **chosen.log_fields(),
+            **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
+        }
+        return engine
 
     @property
     def name(self) -> str:
@@ -57,13 +68,14 @@ class Engine:
     def describe(self) -> dict[str, Any]:
         return {
             "model": self.loaded.name,
-            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "dtype": self.loaded.dtype_name,
             "device": str(self.loaded.device),
             "threads": torch.get_num_threads(),
             "task": self.task.name,
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
             "calibrated": self.prior is not None,
+            **self.startup,  # how threads and dtype were chosen (Engine.load): worker_start logs it
         }
 
     def cached_prefix(self) -> Sequence[int]:

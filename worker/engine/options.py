@@ -23,7 +23,7 @@ class EngineOptions:
     task: str | None = None  # task TOML; None: the built-in support-ticket task
     dtype: str = "auto"
     device: str = "auto"
-    threads: int | None = None  # torch CPU threads; None leaves torch's choice
+    threads: int | None = None  # torch CPU threads; None: worker/engine/threads.py's rule
     batch_size: int = 32  # most tickets in one forward pass
     max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
     max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
@@ -73,7 +73,11 @@ def _device_ok(device: str) -> bool:
 FLAGS: dict[str, tuple[type, str]] = {
     "model": (str, "the embedded model's name, a .gguf file, a directory or a Hugging Face id"),
     "task": (str, "task TOML: labels, instructions, examples, routes"),
-    "dtype": (str, "auto, float32, bfloat16, float16"),
+    "dtype": (
+        str,
+        "auto (measured once per machine and model: the fastest that agrees with float32), float32, "
+        "bfloat16, float16, int8 (opt-in: dynamic int8 linear layers, CPU)",
+    ),
     "device": (str, "auto, cpu, cuda, mps"),
     "threads": (int, "torch CPU threads"),
     "batch_size": (int, "most tickets in one forward pass"),
@@ -82,7 +86,11 @@ FLAGS: dict[str, tuple[type, str]] = {
     "max_ticket_tokens": (int, "longer tickets keep their first tokens"),
 }
 # What a None default means, for the help text.
-_NONE = {"task": "the built-in support-ticket task", "threads": "torch's choice", "head": "none"}
+_NONE = {
+    "task": "the built-in support-ticket task",
+    "threads": "all usable cores up to 4, then 4 or 8 per process (worker/engine/threads.py)",
+    "head": "none",
+}
 
 
 def add_engine_arguments(
