@@ -90,11 +90,20 @@ def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namesp
     threading.Thread(target=server.run, daemon=True).start()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "tools.fakeworker", "--redis-url", url, "--prefix", PREFIX]
-    cmd += ["--model", f"fake:{LABELS}?delay_ms=400", "--log-format", "json", "--log-level", "warning"]
+    cmd += ["--model", f"fake:{LABELS}?delay_ms=2000", "--log-format", "json", "--log-level", "warning"]
+    # Small claims, so a burst waits in the queue, where the page can show it.
+    cmd += ["--drain", "16", "--batch-size", "16"]
     workers = [
         subprocess.Popen([*cmd, "--worker-id", f"worker-{n + 1}"], env=env, stdout=subprocess.DEVNULL)
         for n in range(args.workers)
     ]
+    time.sleep(2)
+    if any(w.poll() is not None for w in workers):
+        for w in workers:
+            w.kill()
+        server.should_exit = True
+        print("dashboard_screenshot: a worker exited at start (see above)", file=sys.stderr)
+        return 1
     stop = threading.Event()
     feeder = threading.Thread(target=_feed, args=(client, conn, tickets, stop), daemon=True)
     feeder.start()
@@ -123,7 +132,7 @@ def _feed(client: Client, conn: redis.Redis, tickets: list[dict], stop: threadin
     second = 0
     while not stop.wait(1.0):
         second += 1
-        wave = 60 if second % 25 == 0 else rng.randint(2, 7)
+        wave = 150 if second % 25 == 0 else rng.randint(2, 7)
         batch = []
         for _ in range(wave):
             t = dict(tickets[n % len(tickets)])
