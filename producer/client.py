@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.client import PubSub
@@ -108,6 +109,18 @@ class Stats:
     @property
     def alive(self) -> int:
         return sum(w.alive for w in self.workers)
+
+
+def mask_url(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged.
+
+    The one masking helper: worker settings and the dashboard both show URLs through it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) -> tuple[bytes, Ticket]:

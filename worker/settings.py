@@ -13,8 +13,9 @@ import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from producer.client import mask_url as mask_url  # re-exported: one helper, in the light package
 from producer.learning import DEFAULT_KEEP_TEXT_S
 from producer.protocol import DEFAULT_PREFIX
 from worker.engine.options import FLAGS as ENGINE_FLAGS
@@ -24,16 +25,6 @@ from worker.errors import ConfigError
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def default_worker_id() -> str:
