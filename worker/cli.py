@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from worker.service import Service
 
 # command -> module; each module exposes add_arguments(parser) and run(args) -> int
-_COMMANDS = {"verify": "worker.verify", "bench": "worker.bench", "eval": "worker.evaluate"}
+_COMMANDS = {
+    "verify": "worker.verify",
+    "bench": "worker.bench",
+    "eval": "worker.evaluate",
+    "train": "worker.train",
+}
 _SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
 
 

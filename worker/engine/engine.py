@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from . import features as feats
+from .head import Head, HeadError, Identity, digest
 from .model import EMBEDDED, LoadedModel, load_model
-from .planner import PACK, plan_batches
+from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, load_task
@@ -47,6 +49,34 @@ class Engine:
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
+        self.head: Head | None = None  # decides when set (use_head); else zero-shot label scoring
+
+    @property
+    def identity(self) -> Identity:
+        """What a head must have been trained for to be used on this engine."""
+        return Identity(
+            model=self.loaded.name,
+            model_digest=self.loaded.digest,
+            prompt_digest=digest(self.prompt.prefix_ids, self.prompt.after_ids),
+            labels=tuple(self.task.labels),
+            hidden_size=int(self.loaded.model.config.hidden_size),
+        )
+
+    @property
+    def n_layers(self) -> int:
+        return feats.n_layers(self.scorer)
+
+    def use_head(self, head: Head | None) -> None:
+        """Decide with ``head`` from now on (``None``: zero-shot). Raises HeadError if it does not fit."""
+        if head is not None:
+            head.check(self.identity)
+            if head.recipe.layer > self.n_layers:
+                raise HeadError(
+                    f"head {head.id} reads layer {head.recipe.layer}; the model has {self.n_layers}"
+                )
+            if not self.config.cache_prefix:
+                raise HeadError("a head reads the prefix-cached pass; cache_prefix must stay on")
+        self.head = head
 
     @classmethod
     def load(
@@ -84,8 +114,11 @@ class Engine:
             "task": self.task.name,
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
+            "layers": self.n_layers,
             "pack": self.config.pack,
             "calibrated": self.prior is not None,
+            "method": "head" if self.head else "zero-shot",
+            "head": self.head.summary() if self.head else None,
         }
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
@@ -99,6 +132,37 @@ class Engine:
         """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
+        return self._passes(suffixes, lengths, len(self.task.labels), self.scorer.score)
+
+    def features(
+        self,
+        texts: Sequence[str],
+        recipe: feats.Recipe | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, hidden) float32 features a head reads, in input order: the packed, prefix-cached pass
+        without the label tree, stopped at the recipe's layer. ``progress(n)`` after each pass."""
+        recipe = recipe or (self.head.recipe if self.head else feats.Recipe.default(self.n_layers))
+        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        after = len(self.prompt.after_ids)
+
+        def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
+            out = feats.extract(self.scorer, sfx, plan, recipe, after)
+            if progress:
+                progress(plan.items)
+            return out
+
+        width = int(self.loaded.model.config.hidden_size)
+        return self._passes(suffixes, [len(s) for s in suffixes], width, run)
+
+    def _passes(
+        self,
+        suffixes: Sequence[Sequence[int]],
+        lengths: Sequence[int],
+        width: int,
+        fn: Callable[[Sequence[Sequence[int]], Plan], torch.Tensor],
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """Plan the passes, run ``fn`` on each, and put its rows (plan order) back in input order."""
         cfg = self.config
         plans = plan_batches(
             lengths,
@@ -107,13 +171,13 @@ class Engine:
             mode=PACK if cfg.pack else "pad",
             max_row_len=cfg.max_row_len,
         )
-        out = torch.empty(len(texts), len(self.task.labels))
+        out = torch.empty(len(suffixes), width)
         stats = []
         for plan in plans:
             start = time.perf_counter()
-            scores = self.scorer.score(suffixes, plan)
+            rows = fn(suffixes, plan)
             order = torch.tensor([i for row in plan.rows for i in row], dtype=torch.long)
-            out[order] = scores.cpu()
+            out[order] = rows.cpu()
             seconds = time.perf_counter() - start
             stats.append(
                 BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
@@ -123,17 +187,23 @@ class Engine:
     def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
+        if self.head is not None:
+            head = self.head
+            x, stats = self.features(texts, head.recipe)
+            return predictions(head.labels, torch.log_softmax(head.logits(x), -1), None, head), stats
         logp, stats = self.logprobs(texts)
         return predictions(self.task.labels, logp, self.prior), stats
 
 
 def predictions(
-    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None
+    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None, head: Head | None = None
 ) -> list[Prediction]:
     """Turn (tickets, labels) log-probabilities into labels and normalized scores.
 
     With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
+    With a ``head``, ``logp`` is its log-softmax and the predictions name it.
     """
+    method, head_name = ("head", head.name) if head else ("zero-shot", None)
     decided = logp if prior is None else logp - prior
     probs = torch.softmax(decided, dim=-1)
     best = decided.argmax(dim=-1).tolist()
@@ -143,6 +213,8 @@ def predictions(
             label=labels[b],
             scores={lab: round(p, 6) for lab, p in zip(labels, ps, strict=False)},
             logprobs={lab: round(v, 6) for lab, v in zip(labels, ls, strict=False)},
+            method=method,
+            head=head_name,
         )
         for b, ps, ls in zip(best, rows_p, rows_l, strict=False)
     ]

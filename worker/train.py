@@ -1,0 +1,129 @@
+"""Train a head from labelled tickets: accurate labels for any task, from a few hundred examples.
+
+    ticketq-worker train --tickets labelled.csv --out support.head
+    ticketq-worker train --task my_task.toml --tickets labelled.jsonl --out my_task.head
+
+The tickets (JSONL or CSV with id,text,label, as ``eval`` reads) run through the engine's own forward
+pass; a logistic regression over its hidden states is fitted with the L2 penalty chosen by stratified
+k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
+file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from worker.bench.data import DataError, read_items
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tickets", required=True, help="labelled tickets: JSONL or CSV with id,text,label")
+    parser.add_argument("--out", required=True, help="where to write the head (a .safetensors file)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
+    parser.add_argument("--model", default="smollm2", help="embedded model name, .gguf, directory or HF id")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 (default auto)")
+    parser.add_argument("--task", help="task TOML (default: the built-in support-ticket task)")
+    parser.add_argument("--batch-size", type=int, default=32, help="tickets per forward pass (default 32)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"ticketq-worker train: {message}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from worker.engine.task import TaskError, load_task
+    from worker.engine.training import TrainingError, check_training_labels
+
+    try:
+        task = load_task(args.task)
+        items = read_items(args.tickets)
+        unlabelled = [it.id for it in items if not it.label]
+        if unlabelled:
+            raise DataError(f"{len(unlabelled)} tickets have no label (first: {unlabelled[0]!r})")
+        labels = [it.label or "" for it in items]
+        check_training_labels(labels, task.labels)
+    except (DataError, TaskError, TrainingError) as exc:
+        return fail(str(exc))
+    out = Path(args.out)
+    if out.is_dir():
+        return fail(f"--out {out} is a directory; name the head file")
+
+    from worker.engine import Engine
+    from worker.engine.model import ModelError
+    from worker.engine.training import train_head
+
+    try:
+        engine = Engine.load(
+            args.model,
+            dtype=args.dtype,
+            task_path=args.task,
+            batch_size=args.batch_size,
+            threads=args.threads,
+        )
+    except ModelError as exc:
+        return fail(str(exc), 1)
+    start = time.perf_counter()
+    with Progress() as progress:
+        head = train_head(engine, [it.text for it in items], labels, seed=args.seed, progress=progress)
+    seconds = time.perf_counter() - start
+    try:
+        head.save(out)
+    except OSError as exc:
+        return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
+    print(report(head, engine.describe(), args.tickets, seconds))
+    print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
+    return 0
+
+
+class Progress:
+    """tqdm bars for the two stages, on a terminal only."""
+
+    def __enter__(self) -> Progress:
+        self.bars: dict[str, Any] = {}
+        return self
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if stage not in self.bars:
+            for bar in self.bars.values():
+                bar.close()
+            unit = "ticket" if stage == "features" else "fit"
+            self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
+        bar = self.bars[stage]
+        bar.update(done - bar.n)
+
+    def __exit__(self, *exc: object) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
+    t = head.training
+    width = max(12, *(len(lab) + 2 for lab in head.labels))
+    counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
+    lines = [
+        f"model: {info['model']} ({info['dtype']}); task: {info['task']}; features: "
+        f"layer {head.recipe.layer} of {info.get('layers', '?')}, {head.recipe.pool}-pooled",
+        f"tickets: {source} ({t['n']}: {counts}) in {seconds:.1f} s",
+    ]
+    if t.get("missing"):
+        lines.append(f"warning: no tickets for {', '.join(t['missing'])}: the head will never choose them")
+    if t.get("cv_accuracy") is None:
+        lines.append("cross-validation: skipped (a label has a single ticket); L2 1e-2")
+        return "\n".join(lines)
+    lines += [
+        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g})",
+        "",
+        "confusion matrix, out of fold (rows: true label, columns: predicted)",
+        " " * width + "".join(f"{lab:>{width}}" for lab in t["cv_labels"]),
+    ]
+    for lab, row in zip(t["cv_labels"], t["cv_confusion"], strict=True):
+        lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    return "\n".join(lines)
