@@ -124,15 +124,14 @@ def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | No
     ``spec``: a head file, ``none`` (zero-shot), or ``None`` for the task's own: the file its TOML names
     (``head``), else one trained from the labelled tickets it names (``head_data``) on first use and
     cached, else none."""
-    if spec and spec.strip().lower() == NONE:
-        return None
     task = engine.task
-    if spec or task.head:
+    head: Head | None = None
+    if spec and spec.strip().lower() == NONE:
+        pass
+    elif spec or task.head:
         head = Head.load(spec or task.head or "")
     elif task.head_data:
         head = cached_head(engine, task.head_data, log)
-    else:
-        return None
     engine.use_head(head)
     return head
 
