@@ -103,6 +103,6 @@ def load_task(path: str | Path | None = None) -> Task:
     # Files a task names are relative to the task file, so a task and its head travel together.
     return replace(
         task,
-        head=str(p.parent / task.head) if task.head else None,
-        head_data=str(p.parent / task.head_data) if task.head_data else None,
+        head=str((p.parent / task.head).resolve()) if task.head else None,
+        head_data=str((p.parent / task.head_data).resolve()) if task.head_data else None,
     )
