@@ -196,3 +196,15 @@ def test_train_command_writes_a_head_and_prints_cv(
     assert code == 0 and "cross-validated accuracy" in printed and "confusion matrix" in printed
     head = Head.load(out)
     assert head.training["n"] == 18 and head.id in printed
+
+
+@pytest.mark.parametrize("pool", [MEAN, LAST])
+def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
+    """Packed, prefix-cached, stopped early: the same numbers as the whole prompt run alone."""
+    from worker.engine.reference import ReferenceScorer
+
+    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
+    texts = ["My card was charged twice.", "", "Login fails with error 500 after the update, twice today."]
+    got, _ = engine.features(texts, Recipe(1, pool))
+    want = torch.stack([ref.features_one(t, 1, pool) for t in texts])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
