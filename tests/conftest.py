@@ -1,36 +1,62 @@
-"""Shared fixtures: a real Redis (unique key prefix per test, cleaned up), fakeredis, a fake classifier,
-and a TCP proxy that can cut the connection to Redis to simulate an outage.
+"""Shared fixtures and the rules of the tiers.
 
-The real server is ``TICKETQ_TEST_REDIS_URL`` (scripts/with-redis.sh sets it), else 127.0.0.1:6379.
-Without one the Redis tests skip, saying why; with ``CI=true`` they fail instead, because CI must run them.
+Tiers, by directory (each test is marked by where it lives; markers are registered in pyproject.toml):
+
+- ``tests/unit``: no torch, no Redis server (fakeredis is fine); ``pytest tests/unit`` runs in seconds.
+- ``tests/redis`` (marker ``redis``): a real Redis server.
+- ``tests/process`` (marker ``process``): real worker processes, and a real Redis.
+- ``tests/engine`` (marker ``model``): torch and a model (a tiny random one, or the embedded SmolLM2).
+
+Test modules need unique file names across the tiers (the tier folders are not packages; a folder named
+``redis`` that was one would shadow redis-py).
+
+A missing prerequisite (no Redis, no ``redis-server`` or ``redis-cli``, no Banking77 copy) skips the test
+that needs it, saying why; with ``CI=true`` it fails instead, because CI must run every tier: that one
+rule is ``support.need``, used by every test with a prerequisite.
+
+The real server is ``TICKETQ_TEST_REDIS_URL`` (``python -m tools.with_redis`` sets it), else found or
+started the same way that tool does, once per session.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
 import redis
-from support import FakeClassifier, Proxy
+from support import FakeClassifier, Proxy, need
 
 from producer.protocol import Keys
+from tools.with_redis import find_test_redis
 
-SERVER_URL = os.environ.get("TICKETQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+_TIERS = {"redis": ("redis",), "process": ("redis", "process"), "engine": ("model",)}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its tier's markers, so ``-m "not model"`` and the like select by need."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            tier = Path(str(item.path)).resolve().relative_to(root).parts[0]
+        except ValueError:
+            continue
+        for marker in _TIERS.get(tier, ()):
+            item.add_marker(marker)
 
 
 @pytest.fixture(scope="session")
-def redis_server_url() -> str:
-    try:
-        redis.Redis.from_url(SERVER_URL, socket_connect_timeout=2).ping()
-    except redis.RedisError as exc:
-        message = f"no Redis at {SERVER_URL} ({exc}); set TICKETQ_TEST_REDIS_URL or start redis-server"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return SERVER_URL
+def redis_server_url() -> Iterator[str]:
+    with find_test_redis() as (url, how):
+        need(url, f"no Redis for the tests: {how}; set TICKETQ_TEST_REDIS_URL or start redis-server")
+        assert url is not None
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+        except redis.RedisError as exc:
+            need(False, f"no Redis at {url} ({exc})")
+        yield url
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""RQ job functions for tests/test_routing.py; RQ imports them by dotted path (``routing_handlers.x``)."""
+"""RQ job functions for tests/redis/test_routing.py; RQ imports them by dotted path
+(``routing_handlers.x``)."""
 
 from __future__ import annotations
 

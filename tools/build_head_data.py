@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a plain checkout, without installing the project
 
-from worker.synthetic import LABELS, generate  # noqa: E402
+from tools.synthetic import LABELS, generate  # noqa: E402
 
 SEED = 11  # not the demo sample's 7
 REAL_PER_LABEL = 400

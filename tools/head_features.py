@@ -20,6 +20,7 @@ from worker.bench.data import read_items as read_tickets
 from worker.engine import Engine
 from worker.engine.features import LAST, MEAN, pool
 from worker.engine.fit import fit
+from worker.engine.options import EngineOptions
 from worker.engine.planner import PACK, plan_batches
 
 
@@ -66,17 +67,20 @@ def main() -> None:
     parser.add_argument("--task")
     parser.add_argument("--layers", default="4,6,8,10,12,15,20,25,30")
     args = parser.parse_args()
-    engine = Engine.load(dtype="float32", task_path=args.task)
+    engine = Engine.load(EngineOptions(dtype="float32", task=args.task, head="none"))
     labels = list(engine.task.labels)
     train = read_tickets(args.train)
     start = time.perf_counter()
     tr = all_layers(engine, [t.text for t in train])
     print(f"train features: {len(train)} tickets in {time.perf_counter() - start:.1f} s (all layers)")
-    y = [labels.index(t.label) for t in train]
+    y = [labels.index(t.label or "") for t in train]
     tests = {}
     for path in args.test:
         rows = read_tickets(path)
-        tests[path] = (all_layers(engine, [t.text for t in rows]), [labels.index(t.label) for t in rows])
+        tests[path] = (
+            all_layers(engine, [t.text for t in rows]),
+            [labels.index(t.label or "") for t in rows],
+        )
     layers = [int(x) for x in args.layers.split(",")]
     print(f"{'layer':>5} {'pool':>5} {'cv':>7} {'l2':>7} " + " ".join(f"{p[-24:]:>26}" for p in tests))
     for layer in layers:

@@ -35,10 +35,10 @@ from producer.protocol import (
     Event,
     Keys,
     Result,
-    Ticket,
     payload_digest,
     peek_id,
 )
+from worker.contract import Finished, Rejected
 from worker.errors import TransientError
 from worker.lua import CLAIM, RECOVER, REQUEUE_OWN
 
@@ -81,23 +81,6 @@ def transient(fn: Callable[P, T]) -> Callable[P, T]:
             raise TransientError(f"{type(exc).__name__}: {exc}") from exc
 
     return wrapper
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A classified ticket, ready to be written."""
-
-    raw: bytes
-    ticket: Ticket
-    result: Result
-
-
-@dataclass(frozen=True)
-class Rejected:
-    """A payload to dead-letter."""
-
-    raw: bytes
-    letter: DeadLetter
 
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.

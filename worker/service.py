@@ -1,4 +1,4 @@
-"""The worker loop: recover orphans -> claim -> judge (decode + engine) -> ack, until told to stop.
+"""The worker loop: recover orphans -> claim -> stage (decode + classify) -> ack, until told to stop.
 
 Stopping. The first SIGTERM/SIGINT stops claiming; the drain being classified is finished and acked,
 anything claimed but not started is requeued, and the process exits 0. A second signal abandons the
@@ -19,12 +19,13 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from worker.contract import Classifier
 from worker.errors import Backoff, TransientError
 from worker.heartbeat import Heartbeat
-from worker.judge import Classifier, Judgement, judge
 from worker.logs import get_logger
 from worker.queue import AckHook, AckReport, RedisQueue
 from worker.settings import Settings
+from worker.stage import Outcome, process
 
 T = TypeVar("T")
 
@@ -140,7 +141,7 @@ class Service:
 
     def _drain(self, claimed: list[bytes]) -> None:
         began = time.perf_counter()
-        verdict = judge(claimed, self.classifier, self.queue.worker_id)
+        verdict = process(claimed, self.classifier, self.queue.worker_id)
         for err in verdict.engine_errors:
             self._log.error("engine_error", error=err)
         report = self._retry(lambda: self.queue.ack(verdict.finished, verdict.rejected, self.hook))
@@ -199,7 +200,7 @@ class Service:
 
     # -- logging ---------------------------------------------------------------------------------------
 
-    def _log_drain(self, claimed: list[bytes], verdict: Judgement, report: AckReport, seconds: float) -> None:
+    def _log_drain(self, claimed: list[bytes], verdict: Outcome, report: AckReport, seconds: float) -> None:
         for b in verdict.stats:
             self._log.info(
                 "batch",

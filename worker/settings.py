@@ -16,6 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from producer.protocol import DEFAULT_PREFIX
+from worker.engine.options import FLAGS as ENGINE_FLAGS
+from worker.engine.options import EngineOptions, add_engine_arguments
 from worker.errors import ConfigError
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -43,14 +45,10 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     prefix: str = DEFAULT_PREFIX
     drain: int = 256  # payloads claimed at once; the engine buckets them by length
-    batch_size: int = 32
-    max_batch_tokens: int = 8192
     max_wait_ms: int = 50  # how long a claim keeps filling after the first payload arrived
-    model: str = "smollm2"  # the embedded model; "fake:a,b,c" is the test double in worker.fake
-    dtype: str = "auto"
-    device: str = "auto"
-    task: str | None = None
-    threads: int | None = None  # torch threads; None leaves torch's default
+    engine: EngineOptions = field(
+        default_factory=EngineOptions
+    )  # model, task, batch size...: every default there
     burst: bool = False
     worker_id: str = field(default_factory=default_worker_id)
     log_format: str = "auto"
@@ -72,10 +70,8 @@ class Settings:
             else "redis-url: not redis://",
             "" if self.prefix and " " not in self.prefix else "prefix: empty or has a space",
             "" if 1 <= self.drain <= 100_000 else "drain: must be 1..100000",
-            "" if 1 <= self.batch_size <= self.drain else "batch-size: must be 1..drain",
-            "" if self.max_batch_tokens >= 64 else "max-batch-tokens: must be >= 64",
+            "" if self.engine.batch_size <= self.drain else "batch-size: must be 1..drain",
             "" if 0 <= self.max_wait_ms <= 60_000 else "max-wait-ms: must be 0..60000",
-            "" if self.threads is None or self.threads >= 1 else "threads: must be >= 1",
             "" if self.worker_id and ":" not in self.worker_id else "worker-id: empty or has ':'",
             "" if self.log_format in LOG_FORMATS else f"log-format: one of {', '.join(LOG_FORMATS)}",
             "" if self.log_level in LOG_LEVELS else f"log-level: one of {', '.join(LOG_LEVELS)}",
@@ -104,14 +100,7 @@ _FLAGS: list[tuple[str, type, str]] = [
     ("redis-url", str, f"Redis URL (default {DEFAULT_REDIS_URL})"),
     ("prefix", str, f"key prefix; a hash tag like {{ticketq}} for Redis Cluster (default {DEFAULT_PREFIX})"),
     ("drain", int, "payloads claimed at once and bucketed by length together (default 256)"),
-    ("batch-size", int, "tickets per engine batch (default 32)"),
-    ("max-batch-tokens", int, "token budget of one engine batch (default 8192)"),
     ("max-wait-ms", int, "after the first payload, keep filling a drain this long (default 50)"),
-    ("model", str, "embedded model name or HF id (default smollm2); fake:a,b,c is a test double"),
-    ("dtype", str, "auto, float32, bfloat16, float16 (default auto)"),
-    ("device", str, "auto, cpu, cuda, mps (default auto)"),
-    ("task", str, "task TOML: labels, instructions, examples, routes (default: the built-in task)"),
-    ("threads", int, "torch CPU threads (default: torch's choice)"),
     ("worker-id", str, "unique id of this worker (default host-pid-random)"),
     ("log-format", str, "auto (console on a TTY, else JSON), json, console"),
     ("log-level", str, "debug, info, warning, error (default info)"),
@@ -125,6 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Every setting as a flag. Defaults are ``None`` so that :func:`from_args` can tell "not given"."""
     for name, kind, text in _FLAGS:
         parser.add_argument(f"--{name}", type=kind, default=None, help=f"{text} [env TICKETQ_{_env(name)}]")
+    add_engine_arguments(parser, env=True)
     parser.add_argument(
         "--burst", action="store_true", default=None, help="exit once the input is empty [env TICKETQ_BURST]"
     )
@@ -142,7 +132,8 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     known = {f.name: f for f in fields(Settings)}
     values: dict[str, Any] = {}
-    for name, kind, _ in [*_FLAGS, ("burst", bool, ""), ("route", str, "")]:
+    engine_flags = [(name.replace("_", "-"), kind, "") for name, (kind, _) in ENGINE_FLAGS.items()]
+    for name, kind, _ in [*_FLAGS, *engine_flags, ("burst", bool, ""), ("route", str, "")]:
         attr = name.replace("-", "_")
         given = getattr(args, attr, None)
         raw_env = env.get(f"TICKETQ_{_env(name)}" if name != "route" else "TICKETQ_ROUTES")
@@ -155,6 +146,10 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
                 values[attr] = _from_env(kind, raw_env)
         except ValueError as exc:
             raise ConfigError(f"{name}: {exc}") from None
+    try:
+        values["engine"] = EngineOptions(**{k: values.pop(k) for k in list(values) if k in ENGINE_FLAGS})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return Settings(**{k: v for k, v in values.items() if k in known})
 
 

@@ -14,21 +14,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from worker.bench.data import DataError, read_items
+from worker.engine.options import EngineOptions, add_engine_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tickets", required=True, help="labelled tickets: JSONL or CSV with id,text,label")
     parser.add_argument("--out", required=True, help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
-    parser.add_argument("--model", default="smollm2", help="embedded model name, .gguf, directory or HF id")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 (default auto)")
-    parser.add_argument("--task", help="task TOML (default: the built-in support-ticket task)")
-    parser.add_argument("--batch-size", type=int, default=32, help="tickets per forward pass (default 32)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    add_engine_arguments(parser)
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -37,18 +35,20 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from worker.engine.task import TaskError, load_task
-    from worker.engine.training import TrainingError, check_training_labels
+    from worker.engine.task import load_task
+    from worker.evaluate import check_labels
 
     try:
-        task = load_task(args.task)
+        options = replace(EngineOptions.from_args(args), head="none")  # train with features, not a head
+        task = load_task(options.task)
         items = read_items(args.tickets)
-        unlabelled = [it.id for it in items if not it.label]
-        if unlabelled:
-            raise DataError(f"{len(unlabelled)} tickets have no label (first: {unlabelled[0]!r})")
+        check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
-        check_training_labels(labels, task.labels)
-    except (DataError, TaskError, TrainingError) as exc:
+        if len(set(labels)) < 2:
+            raise DataError(
+                f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
+            )
+    except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
     out = Path(args.out)
     if out.is_dir():
@@ -59,13 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.training import train_head
 
     try:
-        engine = Engine.load(
-            args.model,
-            dtype=args.dtype,
-            task_path=args.task,
-            batch_size=args.batch_size,
-            threads=args.threads,
-        )
+        engine = Engine.load(options)
     except ModelError as exc:
         return fail(str(exc), 1)
     start = time.perf_counter()

@@ -15,26 +15,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from worker.engine.options import EngineOptions, add_engine_arguments
+
 DEFAULT_N = 100
+SAMPLE = Path(__file__).resolve().parent / "data" / "sample_tickets.jsonl"
+# float32: the two paths must then agree exactly; in bfloat16 near-ties may flip.
+DEFAULTS = EngineOptions(dtype="float32")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tickets", help="JSONL or CSV (id,text) file; default: synthetic tickets")
+    parser.add_argument(
+        "--tickets", default=str(SAMPLE), help="JSONL or CSV (id,text) file (default: the bundled sample)"
+    )
     parser.add_argument("--limit", type=int, default=DEFAULT_N, help=f"most tickets to check ({DEFAULT_N})")
-    parser.add_argument("--model", default="smollm2", help="smollm2 (embedded), a directory, or a hub id")
-    parser.add_argument("--dtype", default="float32", help="float32 (exact check), bfloat16, or auto")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--task", help="task TOML file (default: the built-in support task)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic tickets")
+    add_engine_arguments(parser, DEFAULTS)
 
 
-def load_texts(path: str | None, limit: int, seed: int) -> list[str]:
-    if path is None:
-        from worker.synthetic import generate
-
-        return [t.text for t in generate(limit, seed=seed)]
+def load_texts(path: str, limit: int) -> list[str]:
     from producer.cli import read_tickets
 
     with Path(path).open(encoding="utf-8") as fh:
@@ -45,29 +42,36 @@ def load_texts(path: str | None, limit: int, seed: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from worker.engine.engine import Engine, EngineConfig
-    from worker.engine.model import load_model
+    from worker.engine.engine import Engine
     from worker.engine.reference import ReferenceScorer
-    from worker.engine.task import load_task
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    texts = load_texts(args.tickets, args.limit, args.seed)
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
-    task = load_task(args.task)
-    engine = Engine(loaded, task, EngineConfig(batch_size=args.batch_size))
-    judge = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
+    try:
+        options = EngineOptions.from_args(args, DEFAULTS)
+    except ValueError as exc:
+        print(f"ticketq-worker verify: {exc}", file=sys.stderr)
+        return 2
+    texts = load_texts(args.tickets, args.limit)
+    from worker.engine.head import HeadError
+    from worker.evaluate import head_log
+
+    try:
+        engine = Engine.load(options, log=head_log("verify"))
+    except HeadError as exc:
+        print(f"ticketq-worker verify: {exc}", file=sys.stderr)
+        return 2
+    loaded, task = engine.loaded, engine.task
+    reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
     dtype = str(loaded.dtype).removeprefix("torch.")
     print(f"verify: {len(texts)} tickets, model {loaded.name}, {dtype}, {torch.get_num_threads()} threads")
 
     start = time.perf_counter()
-    ref = torch.tensor([judge.score_one(t) for t in _progress(texts, "reference")])
+    ref = torch.tensor([reference.score_one(t) for t in _progress(texts, "reference")])
     ref_s = time.perf_counter() - start
     start = time.perf_counter()
     fast, stats = engine.logprobs(texts)
     fast_s = time.perf_counter() - start
 
-    ref_prior, fast_prior = judge.prior(), engine.prior
+    ref_prior, fast_prior = reference.prior(), engine.prior
     if ref_prior is not None and fast_prior is not None:  # decide as the engine does: calibrated
         ref, fast = ref - ref_prior, fast - fast_prior
     report = compare(list(task.labels), texts, ref, fast)
@@ -83,14 +87,50 @@ def run(args: argparse.Namespace) -> int:
             f"engine {flip['engine']}"
         )
     exact = loaded.dtype == torch.float32
-    if exact and report["flips"]:
-        print("FAIL: labels differ in float32", file=sys.stderr)
-        return 1
-    if exact and report["max_diff"] > 1e-4:
-        print("FAIL: log-probabilities differ by more than 1e-4 in float32", file=sys.stderr)
+    failed = _failed(report, exact, 1e-4, "log-probabilities")
+    if engine.head is not None:
+        failed |= _verify_head(engine, reference, texts, exact)
+    if failed:
         return 1
     print("OK" if exact else "reported (bfloat16: near-ties may flip)")
     return 0
+
+
+def _failed(report: dict[str, Any], exact: bool, tolerance: float, what: str) -> bool:
+    if exact and report["flips"]:
+        print(f"FAIL: labels differ in float32 ({what})", file=sys.stderr)
+        return True
+    if exact and report["max_diff"] > tolerance:
+        print(f"FAIL: {what} differ by more than {tolerance:g} in float32", file=sys.stderr)
+        return True
+    return False
+
+
+def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> bool:
+    """The head's decisions from the engine's feature pass (packed, cached, stopped early) against the
+    same head on features computed the plain way (whole prompt, full model, one ticket at a time)."""
+    import torch
+
+    head = engine.head
+    recipe = head.recipe
+    start = time.perf_counter()
+    plain = torch.stack(
+        [reference.features_one(t, recipe.layer, recipe.pool) for t in _progress(texts, "head")]
+    )
+    ref = torch.log_softmax(head.logits(plain), -1)
+    ref_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fast = torch.log_softmax(head.logits(engine.features(texts, recipe)[0]), -1)
+    fast_s = time.perf_counter() - start
+    report = compare(list(head.labels), texts, ref, fast)
+    print(
+        f"head {head.id} (layer {recipe.layer}, {recipe.pool}): reference {len(texts) / ref_s:.1f} items/s, "
+        f"engine {len(texts) / fast_s:.1f} items/s; agreement {report['agree']}/{len(texts)}, "
+        f"largest log-probability difference {report['max_diff']:.3g}"
+    )
+    for flip in report["flips"]:
+        print(f"  differs: {flip['text']!r}: reference {flip['reference']}, engine {flip['engine']}")
+    return _failed(report, exact, 1e-3, "head log-probabilities")
 
 
 def compare(labels: list[str], texts: list[str], ref: Any, fast: Any) -> dict[str, Any]:

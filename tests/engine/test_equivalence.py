@@ -3,15 +3,18 @@ item-by-item reference: identical labels, float32 log-probabilities within 1e-4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
+from texts import varied_texts
 
-from worker.engine.engine import Engine, EngineConfig
+from worker.bench.modes import Baseline
+from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
+from worker.engine.options import EngineOptions
 from worker.engine.reference import ReferenceScorer
 from worker.engine.task import Task, load_task
-
-from .texts import varied_texts
 
 TOL = 1e-4
 
@@ -23,21 +26,24 @@ MULTI = Task(
     examples=(),
 )
 
-CONFIGS = {
-    "packed": EngineConfig(batch_size=32),
-    "padded": EngineConfig(batch_size=32, pack=False),
-    "item-by-item": EngineConfig(batch_size=1),
-    "tight-budget": EngineConfig(batch_size=64, max_batch_tokens=300, max_row_len=96),
-    "uncached-bucketed": EngineConfig(
-        batch_size=32, pack=False, cache_prefix=False, max_batch_tokens=1 << 16
+# name -> how to build the engine; padded and uncached rows are the bench's baselines (worker.bench.modes)
+CONFIGS: dict[str, Callable[[LoadedModel, Task], Engine]] = {
+    "packed": lambda m, t: Engine(m, t, EngineOptions(batch_size=32)),
+    "padded": lambda m, t: Baseline(m, t, EngineOptions(batch_size=32), pack=False, cache_prefix=True),
+    "item-by-item": lambda m, t: Engine(m, t, EngineOptions(batch_size=1)),
+    "tight-budget": lambda m, t: Engine(
+        m, t, EngineOptions(batch_size=64, max_batch_tokens=300, max_row_len=96)
+    ),
+    "uncached-bucketed": lambda m, t: Baseline(
+        m, t, EngineOptions(batch_size=32, max_batch_tokens=1 << 16), pack=False, cache_prefix=False
     ),
 }
 
 
 def _reference(loaded: LoadedModel, task: Task, texts: list[str]) -> torch.Tensor:
     engine = Engine(loaded, task)
-    judge = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
-    return torch.tensor(judge.score(texts))
+    reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
+    return torch.tensor(reference.score(texts))
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +60,7 @@ def tiny_reference(tiny: LoadedModel, tiny_texts: list[str]) -> dict[str, torch.
 @pytest.mark.parametrize("task", [load_task(), MULTI], ids=["default", "multi-token"])
 def test_fast_path_equals_reference_on_tiny_model(tiny, tiny_texts, tiny_reference, task, config) -> None:
     ref = tiny_reference[task.name]
-    fast, stats = Engine(tiny, task, config).logprobs(tiny_texts)
+    fast, stats = config(tiny, task).logprobs(tiny_texts)
     assert sum(s.items for s in stats) == len(tiny_texts)
     assert (fast - ref).abs().max().item() < TOL
     assert fast.argmax(-1).tolist() == ref.argmax(-1).tolist()
@@ -70,8 +76,8 @@ def test_fast_path_equals_reference_on_smollm2(smollm2_f32: LoadedModel) -> None
     assert len(stats) >= 1
     assert (fast - ref).abs().max().item() < TOL
     preds, _ = engine.classify(texts)
-    judge = ReferenceScorer(smollm2_f32.model, smollm2_f32.tokenizer, task, engine.prompt)
-    prior = judge.prior()
+    reference = ReferenceScorer(smollm2_f32.model, smollm2_f32.tokenizer, task, engine.prompt)
+    prior = reference.prior()
     assert prior is not None and engine.prior is not None
     assert (prior - engine.prior).abs().max().item() < TOL
     decided = ref - prior  # calibrated, as the engine decides
@@ -82,8 +88,8 @@ def test_fast_path_equals_reference_on_smollm2(smollm2_f32: LoadedModel) -> None
 
 
 def test_packing_reports_its_padding(tiny, tiny_texts) -> None:
-    _, packed = Engine(tiny, load_task(), CONFIGS["packed"]).logprobs(tiny_texts)
-    _, padded = Engine(tiny, load_task(), CONFIGS["padded"]).logprobs(tiny_texts)
+    _, packed = CONFIGS["packed"](tiny, load_task()).logprobs(tiny_texts)
+    _, padded = CONFIGS["padded"](tiny, load_task()).logprobs(tiny_texts)
 
     def overhead(stats):
         return 1 - sum(s.real_tokens for s in stats) / sum(s.padded_tokens for s in stats)

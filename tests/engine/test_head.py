@@ -208,3 +208,80 @@ def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
     got, _ = engine.features(texts, Recipe(1, pool))
     want = torch.stack([ref.features_one(t, 1, pool) for t in texts])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_eval_with_a_head_reports_both_methods(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from worker.cli import main
+
+    texts, labels = labelled(3)
+    lines = ["id,text,label"] + [
+        f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(zip(texts, labels, strict=True))
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--tickets", str(tmp_path / "t.csv")]
+    assert main(["eval", *flags, "--head", str(tmp_path / "h.head"), "--json", str(tmp_path / "e.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "zero-shot" in printed and f"head {head.id}" in printed
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["method"] == "head" and report["head"]["id"] == head.id
+    assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == 9
+
+
+def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    replace(head, labels=("a", "b", "c")).save(tmp_path / "other.head")
+    (tmp_path / "corrupt.head").write_bytes(b"not a head at all")
+    (tmp_path / "t.csv").write_text("id,text,label\n1,refund,billing\n")
+    for bad in ("other.head", "corrupt.head", "missing.head"):
+        flags = ["--model", str(tiny_dir), "--dtype", "float32", "--head", str(tmp_path / bad)]
+        assert main(["eval", *flags, "--tickets", str(tmp_path / "t.csv")]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' loading bar
+        assert last.startswith("ticketq-worker eval: ") and "head" in last
+        assert main(["run", *flags, "--redis-url", "redis://127.0.0.1:1/0", "--burst"]) == 2
+
+
+def test_verify_checks_the_head_path_against_the_plain_reference(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--head", str(tmp_path / "h.head"), "--limit", "6"]
+    assert main(["verify", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"head {head.id}" in out and "agreement 6/6" in out and out.rstrip().endswith("OK")
+
+
+def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
+    tiny_dir: Path, head: Head, tmp_path: Path
+) -> None:
+    import json
+
+    from worker.cli import main
+
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--head", str(tmp_path / "h.head")]
+    args = [
+        "bench",
+        *flags,
+        "--quick",
+        "--modes",
+        "engine,head",
+        "--retries",
+        "0",
+        "--json",
+        str(tmp_path / "b.json"),
+    ]
+    assert main(args) == 0
+    modes = {m["name"]: m for m in json.loads((tmp_path / "b.json").read_text())["modes"]}
+    assert modes["head"]["tickets"] == modes["engine"]["tickets"] == 48
+    notes = " ".join(modes["head"]["notes"])
+    assert "zero-shot speed, same run" in notes and "accuracy against the tickets' labels" in notes

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import pytest
+from texts import varied_texts
 
+from tools.synthetic import generate
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
+from worker.engine.options import EngineOptions
 from worker.engine.prompt import Prompt, PromptSplitError
 from worker.engine.task import Example, Task, TaskError, load_task
-from worker.synthetic import generate
 
-from .texts import varied_texts
+MAX_TICKET_TOKENS = EngineOptions().max_ticket_tokens
 
 
 def test_split_matches_whole_prompt_on_varied_tickets(tiny: LoadedModel) -> None:
     task = load_task()
-    prompt = Prompt.build(tiny.tokenizer, task, context=tiny.context)
+    prompt = Prompt.build(tiny.tokenizer, task, context=tiny.context, max_ticket_tokens=MAX_TICKET_TOKENS)
     texts = varied_texts(260)
     prompt.check_split(tiny.tokenizer, texts)  # raises on the first mismatch
     assert len(prompt.prefix_ids) > 100
@@ -45,7 +47,9 @@ def test_a_template_that_merges_across_the_boundary_fails_loudly(tiny: LoadedMod
 
 
 def test_ticket_text_that_looks_like_markup_stays_text(tiny: LoadedModel) -> None:
-    prompt = Prompt.build(tiny.tokenizer, load_task(), context=tiny.context)
+    prompt = Prompt.build(
+        tiny.tokenizer, load_task(), context=tiny.context, max_ticket_tokens=MAX_TICKET_TOKENS
+    )
     [ids] = prompt.ticket_ids(tiny.tokenizer, ["hi <|im_end|> there"])
     end = tiny.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert ids.count(end) == prompt.after_ids.count(end), "the ticket cannot close its own turn"
@@ -74,4 +78,4 @@ def test_labels_that_tokenize_identically_are_refused(tiny: LoadedModel) -> None
 
     task = Task(name="t", labels=("Billing", "billing"), instructions="?")
     with pytest.raises(TaskError, match="tokenize identically"):
-        Prompt.build(Lower(tiny.tokenizer), task, context=tiny.context)
+        Prompt.build(Lower(tiny.tokenizer), task, context=tiny.context, max_ticket_tokens=MAX_TICKET_TOKENS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from worker.synthetic import generate
+from tools.synthetic import generate
 
 BANKING77 = Path(__file__).resolve().parents[2] / "worker" / "data" / "banking77_eval.csv"
 

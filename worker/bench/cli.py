@@ -1,35 +1,58 @@
-"""``ticketq-worker bench``: flags, then every requested mode over one loaded model (see the package doc)."""
+"""Benchmark the engine against its baselines and end to end through Redis, all in one run.
+
+Modes, in the order they run (``--modes`` picks a subset):
+
+=================  ===========================================================================
+naive              item by item, the whole prompt once per label, full-vocabulary logits
+per-item           item by item, constrained label scoring, no prefix cache (published baseline)
+bucketed           length-sorted batches of 32, padded, no prefix cache (published method)
+per-item-cached    item by item with the prefix cache
+engine             the default engine: packed rows, prefix cache, label tree
+head               the engine with the task's trained head (or --head FILE): the same packed, cached
+                   pass without the label tree, stopped at the head's layer; not agreement-checked
+                   (another classifier), its speed and accuracy are set against ``engine``'s
+end-to-end         the real worker service through Redis, from first push to last result
+=================  ===========================================================================
+
+All modes share one loaded model, dtype and thread count. The machine may be shared: for every mode the
+bench measures the share of CPU other processes took meanwhile (``others``), and a mode they disturbed
+is run again once the machine is quiet (``--noise-limit``, ``--retries``), keeping the quietest run.
+``naive`` and ``per-item`` run on a length-stratified subset (``--baseline-n``); items/s stays comparable
+and agreement is computed on the tickets both modes ran.
+
+    make bench   # 600 synthetic tickets from tools/synthetic.py, then the command below on them
+    ticketq-worker bench --tickets t.jsonl --json docs/bench.json --plot docs/bench.png
+    ticketq-worker bench --modes engine,end-to-end --workers 1,2
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
 
 import redis
 
-from worker.bench.data import DataError, Item, read_items, synthetic
+from worker.bench.config import MODES, BenchOptions
+from worker.bench.data import SAMPLE, DataError, Item, read_items
 from worker.bench.peak import cores as peak_cores
 from worker.bench.report import write_json, write_plot
+from worker.engine.options import EngineOptions, add_engine_arguments
 from worker.errors import ConfigError
 from worker.settings import DEFAULT_REDIS_URL
 
-if TYPE_CHECKING:  # torch and transformers load only once the flags are known to be good
-    from worker.bench.runner import Options
-
-# In the order they run. Here, not in runner.py, so that checking the flags needs no torch.
-MODES = ("naive", "per-item", "bucketed", "per-item-cached", "engine", "end-to-end")
-DEFAULT_N, DEFAULT_BASELINE_N = 600, 120
+DEFAULT_BASELINE_N = 120
 QUICK_N, QUICK_BASELINE_N = 48, 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_mutually_exclusive_group()
-    src.add_argument(
-        "--synthetic", type=int, metavar="N", help=f"N seeded synthetic tickets (default {DEFAULT_N})"
+    parser.add_argument(
+        "--tickets",
+        metavar="FILE",
+        default=str(SAMPLE),
+        help="JSONL or CSV with id,text[,label] (default: the bundled sample; `make bench` generates "
+        "600 synthetic tickets with `python -m tools.synthetic` and passes them here)",
     )
-    src.add_argument("--tickets", metavar="FILE", help="JSONL or CSV with id,text[,label]")
     parser.add_argument(
         "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
     )
@@ -41,20 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"tickets naive and per-item run on, a length-stratified sample (default {DEFAULT_BASELINE_N})",
     )
-    parser.add_argument("--model", default="smollm2", help="embedded model name, .gguf, directory or HF id")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 (default auto)")
-    parser.add_argument("--task", help="task TOML (default: the built-in support-ticket task)")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
-    parser.add_argument("--batch-size", type=int, default=32, help="engine: tickets per pass (default 32)")
-    parser.add_argument(
-        "--max-batch-tokens", type=int, default=8192, help="engine: tokens per pass (default 8192)"
-    )
     parser.add_argument(
         "--drain", type=int, default=256, help="tickets handed to the engine at once (default 256)"
     )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="synthetic tickets and the baseline sample (default 0)"
-    )
+    parser.add_argument("--seed", type=int, default=0, help="the baseline sample (default 0)")
     parser.add_argument(
         "--workers",
         default="0",
@@ -79,11 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
+    add_engine_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         modes, workers = _parse_modes(args.modes), _parse_workers(args.workers)
+        engine_opts = EngineOptions.from_args(args)
         items, source = _load(args)
         if "end-to-end" in modes:
             redis.Redis.from_url(args.redis_url, socket_connect_timeout=3).ping()  # fail before the slow part
@@ -93,28 +108,25 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from worker.bench.e2e import EndToEndError
-    from worker.bench.runner import Options, bench
+    from worker.bench.runner import bench
     from worker.engine.model import ModelError, load_model
     from worker.engine.task import TaskError, load_task
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if engine_opts.threads:
+        torch.set_num_threads(engine_opts.threads)
     try:
-        loaded = load_model(args.model, dtype=args.dtype)
-        task = load_task(args.task)
+        loaded = load_model(engine_opts.model, dtype=engine_opts.dtype, device=engine_opts.device)
+        task = load_task(engine_opts.task)
     except (ModelError, TaskError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 1
-    opts = Options(
+    opts = BenchOptions(
         modes=modes,
         workers=workers,
         baseline_n=args.baseline_n or (QUICK_BASELINE_N if args.quick else DEFAULT_BASELINE_N),
         seed=args.seed,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.max_batch_tokens,
+        engine=engine_opts,
         drain=args.drain,
-        model=args.model,
-        task=args.task,
         redis_url=args.redis_url,
         prefix=args.prefix,
         noise_limit=args.noise_limit,
@@ -137,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_if_busy(opts: Options) -> None:
+def _warn_if_busy(opts: BenchOptions) -> None:
     load, cores = os.getloadavg()[0], peak_cores()
     if load > 0.5 * cores:
         print(
@@ -167,15 +179,9 @@ def _parse_workers(text: str) -> list[int]:
 
 
 def _load(args: argparse.Namespace) -> tuple[list[Item], str]:
-    if args.tickets:
-        items = read_items(args.tickets)
-        source = str(args.tickets)
-    else:
-        n = args.synthetic if args.synthetic is not None else (QUICK_N if args.quick else DEFAULT_N)
-        if n < 2:
-            raise ValueError("--synthetic: need at least 2 tickets")
-        items = synthetic(n, args.seed)
-        source = f"synthetic (worker.synthetic, seed {args.seed})"
+    items = read_items(args.tickets)
     if args.quick:
         items = items[:QUICK_N]
-    return items, source
+    if len(items) < 2:
+        raise ValueError(f"{args.tickets}: need at least 2 tickets")
+    return items, str(args.tickets)

@@ -1,5 +1,6 @@
-"""Tickets for ``bench`` and ``eval``: the seeded generator, or a JSONL / CSV file; and the length-stratified
-subset the slow baselines run on. Standard library only."""
+"""Tickets for ``bench`` and ``eval``: a JSONL / CSV file, and the length-stratified subset the slow
+baselines run on. Standard library only. (Synthetic tickets come from ``python -m tools.synthetic``, which
+``make bench`` runs first: data generators are tools, not part of the runtime package.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.synthetic import generate
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_tickets.jsonl"  # the bundled stream
 
 
 class DataError(ValueError):
@@ -22,10 +23,6 @@ class Item:
     id: str
     text: str
     label: str | None = None  # the expected class, when the file has one
-
-
-def synthetic(n: int, seed: int = 0) -> list[Item]:
-    return [Item(t.id, t.text, t.label) for t in generate(n, seed)]
 
 
 def read_items(path: str | Path) -> list[Item]:

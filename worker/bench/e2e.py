@@ -33,7 +33,9 @@ from worker.bench.data import Item
 from worker.bench.modes import ModeResult, Progress
 from worker.bench.peak import CpuMeter, cores
 from worker.engine.engine import Engine
+from worker.engine.options import EngineOptions
 from worker.settings import Settings
+from worker.wiring import Loaded, build_service
 
 WARMUP_TICKETS = 8
 READY_TIMEOUT_S = 300.0
@@ -47,11 +49,7 @@ class EndToEndError(RuntimeError):
 class WorkerSpec:
     """What each worker process is told, so that it runs what the in-process modes ran."""
 
-    model: str
-    dtype: str
-    task: str | None
-    batch_size: int
-    max_batch_tokens: int
+    engine: EngineOptions
     drain: int
 
 
@@ -79,19 +77,15 @@ def _in_process(
     progress: Progress,
     log: io.StringIO,
 ) -> ModeResult:
-    from worker.cli import build_service
-
-    cfg = engine.config
     settings = Settings(
         redis_url=redis_url,
         prefix=prefix,
         burst=True,
         drain=drain,
-        batch_size=cfg.batch_size,
-        max_batch_tokens=cfg.max_batch_tokens,
+        engine=engine.options,
         worker_id=f"bench-{uuid.uuid4().hex[:8]}",
     )
-    service = build_service(settings, engine, {}, None)
+    service = build_service(settings, Loaded(engine))
     client = Client(redis.Redis.from_url(redis_url), prefix)
     ids = [it.id for it in items]
     served = threading.Event()
@@ -211,9 +205,7 @@ class _Worker:
         self.log = workdir / f"{self.id}.log"
         cmd = [sys.executable, "-m", "worker", "--redis-url", redis_url, "--prefix", prefix]
         cmd += ["--worker-id", self.id, "--threads", str(threads), "--log-format", "json"]
-        cmd += ["--model", spec.model, "--dtype", spec.dtype, "--drain", str(spec.drain)]
-        cmd += ["--batch-size", str(spec.batch_size), "--max-batch-tokens", str(spec.max_batch_tokens)]
-        cmd += ["--task", spec.task] if spec.task else []
+        cmd += ["--drain", str(spec.drain), *spec.engine.to_flags()]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
 

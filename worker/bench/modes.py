@@ -15,22 +15,72 @@ import torch
 
 from worker.bench.data import Item
 from worker.bench.peak import CpuMeter
-from worker.engine.engine import Engine, EngineConfig
+from worker.engine.engine import Engine
+from worker.engine.model import LoadedModel
+from worker.engine.options import EngineOptions
+from worker.engine.planner import PAD, Plan, plan_batches
 from worker.engine.prompt import render
 from worker.engine.reference import ReferenceScorer
-from worker.engine.task import CONTENT_FREE
+from worker.engine.task import CONTENT_FREE, Task
 from worker.engine.types import BatchStats
 
-# name -> engine configuration. per-item and bucketed are the published baselines, hence no prefix
-# cache; bucketed's token budget is lifted so that only its 32-ticket batches bound a pass, as published.
-CONFIGS: dict[str, Callable[[EngineConfig], EngineConfig]] = {
-    "per-item": lambda base: EngineConfig(batch_size=1, cache_prefix=False),
-    "bucketed": lambda base: EngineConfig(
-        batch_size=32, pack=False, cache_prefix=False, max_batch_tokens=1 << 16
-    ),
-    "per-item-cached": lambda base: EngineConfig(batch_size=1),
-    "engine": lambda base: base,
-}
+
+class Baseline(Engine):
+    """The engine with a published baseline's handicaps, which only the bench needs: without the prefix
+    cache every ticket carries the whole prompt through the model; without packing each ticket gets a
+    row of its own, padded to the longest in its pass."""
+
+    def __init__(
+        self, loaded: LoadedModel, task: Task, options: EngineOptions, *, pack: bool, cache_prefix: bool
+    ) -> None:
+        self.pack, self.cache_prefix = pack, cache_prefix  # before the engine plans its calibration pass
+        super().__init__(loaded, task, options)
+
+    def cached_prefix(self) -> Sequence[int]:
+        return super().cached_prefix() if self.cache_prefix else ()
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        suffixes = super().tokenize(texts)
+        if self.cache_prefix:
+            return suffixes
+        prefix = list(self.prompt.prefix_ids)
+        return [prefix + s for s in suffixes]
+
+    def plan(self, lengths: Sequence[int]) -> list[Plan]:
+        if self.pack:
+            return super().plan(lengths)
+        o = self.options
+        return plan_batches(
+            lengths,
+            max_items=o.batch_size,
+            max_tokens=o.max_batch_tokens,
+            mode=PAD,
+            max_row_len=o.max_row_len,
+        )
+
+
+def make_engines(loaded: LoadedModel, task: Task, options: EngineOptions) -> dict[str, Engine]:
+    """Mode name -> the engine it runs. per-item and bucketed are the published baselines, hence no prefix
+    cache; bucketed's token budget is lifted so that only its 32-ticket batches bound a pass, as published.
+    Only ``engine`` takes the options given on the command line."""
+    return {
+        "per-item": Baseline(loaded, task, EngineOptions(batch_size=1), pack=True, cache_prefix=False),
+        "bucketed": Baseline(
+            loaded, task, EngineOptions(max_batch_tokens=1 << 16), pack=False, cache_prefix=False
+        ),
+        "per-item-cached": Engine(loaded, task, EngineOptions(batch_size=1)),
+        "engine": Engine(loaded, task, options),
+    }
+
+
+def head_engine(loaded: LoadedModel, task: Task, options: EngineOptions) -> tuple[Engine | None, str]:
+    """The engine with the head ``options`` select (the task's own by default), or None and why not."""
+    from worker.engine.training import resolve_head
+
+    engine = Engine(loaded, task, options)
+    head = resolve_head(engine, options.head)
+    return (engine, "") if head else (None, "no head (--head none, or a task without one)")
+
 
 Progress = Callable[[int], None]  # told how many more tickets are done
 
@@ -77,13 +127,18 @@ def run_engine(
 ) -> ModeResult:
     """Score ``items`` in chunks of ``chunk`` (1 for the item-by-item modes; the service's drain size
     otherwise, so that ``engine`` plans passes over the same groups a worker would)."""
-    labels = list(engine.task.labels)
+    head = engine.head
+    labels = list(head.labels if head else engine.task.labels)
     out = ModeResult(name, [], [], [], 0.0)
     meter, start = CpuMeter(), time.perf_counter()
     for lo in range(0, len(items), chunk):
         part = items[lo : lo + chunk]
-        logp, stats = engine.logprobs([it.text for it in part])
-        got, margins = decide(labels, logp, engine.prior)
+        if head is not None:  # the head's pass: no label tree, stopped at its layer
+            x, stats = engine.features([it.text for it in part], head.recipe)
+            got, margins = decide(labels, torch.log_softmax(head.logits(x), -1))
+        else:
+            logp, stats = engine.logprobs([it.text for it in part])
+            got, margins = decide(labels, logp, engine.prior)
         out.ids += [it.id for it in part]
         out.labels += got
         out.margins += margins

@@ -10,19 +10,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import redis
 
-from worker.bench.cli import MODES
+from worker.bench.config import MODES, BenchOptions
 from worker.bench.data import Item, length_sample
 from worker.bench.e2e import WorkerSpec, run_in_process, run_processes
-from worker.bench.modes import CONFIGS, ModeResult, Progress, run_engine, run_naive
+from worker.bench.modes import ModeResult, Progress, head_engine, make_engines, run_engine, run_naive
 from worker.bench.peak import CpuMeter, machine_info, matmul_peak_gflops, useful_flops
 from worker.bench.report import Report, agreement
-from worker.engine.engine import Engine, EngineConfig
+from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
 from worker.engine.task import Task
 
@@ -30,34 +30,23 @@ SUBSET_MODES = ("naive", "per-item")  # slow enough to run on a sample only
 BASELINE = "per-item"
 
 
-@dataclass(frozen=True)
-class Options:
-    modes: list[str]
-    workers: list[int]  # end-to-end: 0 = in process, K = K worker processes
-    baseline_n: int
-    seed: int
-    batch_size: int
-    max_batch_tokens: int
-    drain: int
-    model: str  # as given, for worker processes
-    task: str | None
-    redis_url: str
-    prefix: str | None
-    noise_limit: float  # a mode during which others took more of the CPU than this is run again...
-    retries: int  # ...at most this many times, once the machine is quiet, keeping the quietest run
-    quiet_wait_s: float
-
-
-def bench(opts: Options, loaded: LoadedModel, task: Task, items: list[Item], source: str) -> Report:
+def bench(opts: BenchOptions, loaded: LoadedModel, task: Task, items: list[Item], source: str) -> Report:
     machine = machine_info()
-    cfg = EngineConfig(batch_size=opts.batch_size, max_batch_tokens=opts.max_batch_tokens)
-    engines = {name: Engine(loaded, task, make(cfg)) for name, make in CONFIGS.items()}
+    engines = make_engines(loaded, task, opts.engine)
     engine = engines["engine"]
     lengths = [len(s) for s in engine.tokenize([it.text for it in items])]
     subset = [items[i] for i in length_sample(lengths, opts.baseline_n, opts.seed)]
     peak = matmul_peak_gflops(loaded.dtype) if "engine" in opts.modes else None
     results: list[ModeResult] = []
-    for name in [m for m in MODES if m in opts.modes]:
+    modes = [m for m in MODES if m in opts.modes]
+    if "head" in modes:
+        with_head, why = head_engine(loaded, task, opts.engine)
+        if with_head is None:
+            print(f"bench: mode head skipped: {why}", file=sys.stderr)
+            modes.remove("head")
+        else:
+            engines["head"] = with_head
+    for name in modes:
         mine = subset if name in SUBSET_MODES else items
         if name == "end-to-end":
             results += [_quietest(partial(_end_to_end, opts, engine, mine, k), opts) for k in opts.workers]
@@ -71,6 +60,8 @@ def bench(opts: Options, loaded: LoadedModel, task: Task, items: list[Item], sou
     if peak is not None:  # best of both ends of the run: a busy moment must not inflate the fraction
         peak = max(peak, matmul_peak_gflops(loaded.dtype))
     names = [r.name for r in results]
+    if "head" in names:
+        _compare_head(results[names.index("head")], results, items)
     baseline = results[names.index(BASELINE) if BASELINE in names else 0]
     gflops = None
     if "engine" in names:
@@ -84,13 +75,33 @@ def bench(opts: Options, loaded: LoadedModel, task: Task, items: list[Item], sou
         data={"source": source, "tickets": len(items), "baseline_sample": len(subset), "seed": opts.seed},
         baseline=baseline.name,
         modes=results,
-        agreements={r.name: agreement(baseline, r) for r in results},
+        # The head is another classifier: it is meant to disagree with zero-shot scoring (and be right).
+        agreements={r.name: agreement(baseline, r) for r in results if r.name != "head"},
         matmul_peak_gflops=peak,
         engine_gflops=gflops,
     )
 
 
-def _quietest(run: Callable[[], ModeResult], opts: Options) -> ModeResult:
+def _compare_head(head: ModeResult, results: list[ModeResult], items: list[Item]) -> None:
+    """Notes on the head mode: its speed against zero-shot scoring (same run), and both accuracies when
+    the tickets are labelled."""
+    by = {r.name: r for r in results}
+    if "engine" in by:
+        ratio = head.items_per_s / by["engine"].items_per_s
+        head.notes.append(f"{ratio:.2f}x the engine's zero-shot speed, same run")
+    truth = {it.id: it.label for it in items if it.label}
+    if truth and "engine" in by:
+
+        def acc(r: ModeResult) -> float:
+            pairs = [(lab, truth[i]) for i, lab in zip(r.ids, r.labels, strict=True) if i in truth]
+            return sum(a == b for a, b in pairs) / len(pairs)
+
+        head.notes.append(
+            f"accuracy against the tickets' labels: head {acc(head):.1%}, zero-shot {acc(by['engine']):.1%}"
+        )
+
+
+def _quietest(run: Callable[[], ModeResult], opts: BenchOptions) -> ModeResult:
     """Run a mode; while other processes took more than ``noise_limit`` of the CPU during it, wait for a
     quiet machine and run it again, up to ``retries`` times. On two cores a neighbour costs far more than
     its share: a descheduled OpenMP thread stalls every parallel region until it comes back."""
@@ -127,13 +138,13 @@ def _in_process(name: str, engines: dict[str, Engine], items: list[Item], drain:
         with _bar(name, len(items)) as tick:
             return run_naive(engines["engine"], items, tick)
     engine = engines[name]
-    chunk = 1 if engine.config.batch_size == 1 else drain  # item by item, or the service's drain
+    chunk = 1 if engine.options.batch_size == 1 else drain  # item by item, or the service's drain
     run_engine(name, engine, items[:2], chunk, _ignore)
     with _bar(name, len(items)) as tick:
         return run_engine(name, engine, items, chunk, tick)
 
 
-def _end_to_end(opts: Options, engine: Engine, items: list[Item], k: int) -> ModeResult:
+def _end_to_end(opts: BenchOptions, engine: Engine, items: list[Item], k: int) -> ModeResult:
     prefix = f"{opts.prefix or 'ticketq-bench-' + uuid.uuid4().hex[:8]}-e2e{k}"
     name = "end-to-end" if k == 0 else f"end-to-end-{k}p"
     with _clean_keys(opts.redis_url, prefix), _bar(name, len(items)) as tick:
@@ -142,13 +153,10 @@ def _end_to_end(opts: Options, engine: Engine, items: list[Item], k: int) -> Mod
             return run_in_process(
                 engine, items, redis_url=opts.redis_url, prefix=prefix, drain=opts.drain, progress=tick
             )
+        dtype = str(engine.loaded.dtype).removeprefix("torch.")
+        # Zero-shot like the in-process engine, so that agreement stays a check of the fast path.
         spec = WorkerSpec(
-            model=opts.model,
-            dtype=str(engine.loaded.dtype).removeprefix("torch."),
-            task=opts.task,
-            batch_size=opts.batch_size,
-            max_batch_tokens=opts.max_batch_tokens,
-            drain=opts.drain,
+            engine=replace(opts.engine, dtype=dtype, threads=None, head="none"), drain=opts.drain
         )
         with tempfile.TemporaryDirectory(prefix="ticketq-bench-") as tmp:
             return run_processes(

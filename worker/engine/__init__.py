@@ -1,23 +1,25 @@
 """The classification engine: pure compute over a causal LM. Never imports Redis.
 
-``Engine`` is imported lazily so that light users of :mod:`worker.engine.types` (the service, the
-fake classifier) do not pay for importing torch and transformers.
+``Engine`` is imported lazily so that light users of :mod:`worker.engine.types` and
+:mod:`worker.engine.options` (the service, the settings, test doubles) do not pay for importing torch
+and transformers.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .options import EngineOptions
 from .types import BatchStats, Prediction
 
 if TYPE_CHECKING:
-    from .engine import Engine, EngineConfig
+    from .engine import Engine
 
-__all__ = ["BatchStats", "Engine", "EngineConfig", "Prediction"]
+__all__ = ["BatchStats", "Engine", "EngineOptions", "Prediction"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Engine", "EngineConfig"):
+    if name == "Engine":
         from . import engine
 
         return getattr(engine, name)

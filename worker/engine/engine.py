@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import features as feats
 from .head import Head, HeadError, Identity, digest
-from .model import EMBEDDED, LoadedModel, load_model
+from .model import LoadedModel, load_model
+from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
@@ -20,36 +19,40 @@ from .task import CONTENT_FREE, Task, load_task
 from .types import BatchStats, Prediction
 
 
-@dataclass(frozen=True)
-class EngineConfig:
-    batch_size: int = 32  # most tickets in one forward pass
-    max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
-    max_ticket_tokens: int = 512  # longer tickets keep their first tokens
-    pack: bool = True  # several tickets per row (block-diagonal mask) instead of one padded row each
-    cache_prefix: bool = True  # run the shared prompt once (False: every ticket carries it; baselines only)
-    max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
-
-
 class Engine:
     """Classifies texts into a task's labels with one causal LM, as fast as the hardware allows."""
 
-    def __init__(self, loaded: LoadedModel, task: Task, config: EngineConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, task: Task, options: EngineOptions | None = None) -> None:
         self.loaded = loaded
         self.task = task
-        self.config = config or EngineConfig()
+        self.options = options or EngineOptions()
         self.tokenizer = loaded.tokenizer
         self.prompt = Prompt.build(
-            self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.config.max_ticket_tokens
+            self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.options.max_ticket_tokens
         )
         # Prove the prefix/suffix split on the task's own texts before trusting the cache with them.
         self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
         pad = self.tokenizer.pad_token_id
-        shared = self.prompt.prefix_ids if self.config.cache_prefix else ()
-        self.scorer = Scorer(loaded.model, shared, self.prompt.label_ids, pad or 0)
+        self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
         self.head: Head | None = None  # decides when set (use_head); else zero-shot label scoring
+
+    @classmethod
+    def load(cls, options: EngineOptions | None = None, log: Callable[..., None] | None = None) -> Engine:
+        """Load the model and the task ``options`` name (torch's thread count too, when it is set), and the
+        head they select (see :func:`worker.engine.training.resolve_head`; raises HeadError if it does not
+        fit). ``log(event, **fields)`` hears about a head being trained or taken from the cache."""
+        from .training import resolve_head
+
+        opts = options or EngineOptions()
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
+        loaded = load_model(opts.model, dtype=opts.dtype, device=opts.device)
+        engine = cls(loaded, load_task(opts.task), opts)
+        resolve_head(engine, opts.head, log)
+        return engine
 
     @property
     def identity(self) -> Identity:
@@ -74,28 +77,9 @@ class Engine:
                 raise HeadError(
                     f"head {head.id} reads layer {head.recipe.layer}; the model has {self.n_layers}"
                 )
-            if not self.config.cache_prefix:
-                raise HeadError("a head reads the prefix-cached pass; cache_prefix must stay on")
+            if tuple(self.cached_prefix()) != self.prompt.prefix_ids:
+                raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
         self.head = head
-
-    @classmethod
-    def load(
-        cls,
-        model: str = EMBEDDED,
-        *,
-        dtype: str = "auto",
-        device: str = "auto",
-        task_path: str | Path | None = None,
-        batch_size: int = 32,
-        max_batch_tokens: int = 8192,
-        threads: int | None = None,
-        pack: bool = True,
-    ) -> Engine:
-        if threads:
-            torch.set_num_threads(threads)
-        loaded = load_model(model, dtype=dtype, device=device)
-        cfg = EngineConfig(batch_size=batch_size, max_batch_tokens=max_batch_tokens, pack=pack)
-        return cls(loaded, load_task(task_path), cfg)
 
     @property
     def name(self) -> str:
@@ -115,18 +99,29 @@ class Engine:
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
             "layers": self.n_layers,
-            "pack": self.config.pack,
             "calibrated": self.prior is not None,
             "method": "head" if self.head else "zero-shot",
             "head": self.head.summary() if self.head else None,
         }
 
+    def cached_prefix(self) -> Sequence[int]:
+        """The prompt tokens run once and shared by every ticket (the prefix cache)."""
+        return self.prompt.prefix_ids
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
-        if self.config.cache_prefix:
-            return suffixes
-        prefix = list(self.prompt.prefix_ids)
-        return [prefix + s for s in suffixes]
+        """What each ticket adds after the cached prefix."""
+        return self.prompt.ticket_ids(self.tokenizer, texts)
+
+    def plan(self, lengths: Sequence[int]) -> list[Plan]:
+        """Forward passes for segments of these lengths: packed rows within the batch and token budgets."""
+        o = self.options
+        return plan_batches(
+            lengths,
+            max_items=o.batch_size,
+            max_tokens=o.max_batch_tokens,
+            mode=PACK,
+            max_row_len=o.max_row_len,
+        )
 
     def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
         """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
@@ -163,17 +158,9 @@ class Engine:
         fn: Callable[[Sequence[Sequence[int]], Plan], torch.Tensor],
     ) -> tuple[torch.Tensor, list[BatchStats]]:
         """Plan the passes, run ``fn`` on each, and put its rows (plan order) back in input order."""
-        cfg = self.config
-        plans = plan_batches(
-            lengths,
-            max_items=cfg.batch_size,
-            max_tokens=cfg.max_batch_tokens,
-            mode=PACK if cfg.pack else "pad",
-            max_row_len=cfg.max_row_len,
-        )
         out = torch.empty(len(suffixes), width)
         stats = []
-        for plan in plans:
+        for plan in self.plan(lengths):
             start = time.perf_counter()
             rows = fn(suffixes, plan)
             order = torch.tensor([i for row in plan.rows for i in row], dtype=torch.long)

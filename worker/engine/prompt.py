@@ -71,7 +71,7 @@ class Prompt:
     max_ticket_tokens: int
 
     @classmethod
-    def build(cls, tokenizer: Any, task: Task, *, context: int, max_ticket_tokens: int = 512) -> Prompt:
+    def build(cls, tokenizer: Any, task: Task, *, context: int, max_ticket_tokens: int) -> Prompt:
         whole = render(tokenizer, task, _MARK)
         if whole.count(_MARK) != 1:
             raise PromptSplitError("the chat template does not place the ticket exactly once")

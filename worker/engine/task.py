@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (a dependency there, see pyproject.toml)
+    import tomli as tomllib
 
 DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
 

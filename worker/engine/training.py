@@ -141,8 +141,6 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
 
     The cache key covers everything the head depends on: the model's weights, the prompt, the data,
     the dtype the features are computed in, the recipe and the ticketq version."""
-    from worker.bench.data import read_items
-
     raw = Path(data).read_bytes()
     ident = engine.identity
     recipe = Recipe.default(engine.n_layers)
@@ -164,11 +162,12 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
             return head
         except HeadError:
             pass  # a damaged cache entry: train again and overwrite it
-    items = read_items(data)
+    rows = _labelled_rows(raw.decode("utf-8-sig"))
     start = time.perf_counter()
     if log:
-        log("head_training", data=str(data), tickets=len(items), cache=str(path))
-    head = train_head(engine, [it.text for it in items], [it.label or "" for it in items], recipe=recipe)
+        log("head_training", data=str(data), tickets=len(rows), cache=str(path))
+    texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
+    head = train_head(engine, texts, labels, recipe=recipe)
     head.save(path)
     if log:
         log(
@@ -179,3 +178,14 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
             path=str(path),
         )
     return head
+
+
+def _labelled_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a task's ``head_data`` file: JSON Lines, or CSV with a text,label header."""
+    import csv
+    import io
+    import json
+
+    if text.lstrip().startswith("{"):
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return list(csv.DictReader(io.StringIO(text)))

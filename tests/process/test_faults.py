@@ -1,0 +1,509 @@
+"""Faults from outside: lost replies, bad inputs pushed with redis-cli, Redis down, killed and restarted,
+a password, an engine that raises. Each test ends by checking where every ticket went.
+
+Tests that stop or restart Redis get a throwaway redis-server of their own (free loopback port, AOF,
+files in a temporary directory, always stopped); the rest use the suite's shared server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from support import need_binary, wait_for
+
+from producer.client import Client
+from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Keys, Result, payload_digest
+from tools.chaos.fleet import Fleet, WorkerProc
+from tools.redis_server import RedisServer
+from worker.errors import TransientError
+from worker.queue import RedisQueue, connect
+
+pytestmark = [pytest.mark.redis, pytest.mark.process]
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = "fake:billing,technical,account"
+FAKEWORKER = "tools.fakeworker"  # the real service with the fake classifier
+KEYS = Keys("{faults}")  # on the throwaway servers; the shared one gets a fresh prefix per test
+MB = 1024 * 1024
+
+
+def tickets(n: int, start: int = 0) -> list[bytes]:
+    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
+    return [
+        json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}).encode()
+        for i in range(start, start + n)
+    ]
+
+
+# -- a lost reply --------------------------------------------------------------------------------------
+
+
+def _reply_lost(step: Callable[..., Any]) -> Callable[..., Any]:
+    """The command runs on the server, then the connection drops before its reply arrives."""
+
+    def lossy(*args: Any, **kwargs: Any) -> Any:
+        step(*args, **kwargs)
+        raise redis.ConnectionError("connection dropped before the reply")
+
+    return lossy
+
+
+@pytest.mark.parametrize("step", ["_claim", "_blmove"])
+def test_a_claim_whose_reply_was_lost_hands_its_payloads_back(
+    redis_url: str, r: redis.Redis, keys: Keys, step: str
+) -> None:
+    q = RedisQueue(connect(redis_url), keys, "w1")
+    if step == "_claim":
+        r.lpush(keys.tickets, *tickets(5))
+    real = getattr(q, step)
+    setattr(q, step, _reply_lost(real))
+    if step == "_blmove":
+        r.lpush(keys.tickets, *tickets(5))  # arrives while the claim blocks on an empty input
+        q._claim_now = lambda n, held: ([], False)  # type: ignore[method-assign]
+    with pytest.raises(TransientError):
+        q.claim(3, block_s=0.2, max_wait_s=0)
+    assert r.llen(keys.inflight("w1")) > 0  # moved on the server; the worker never saw them
+    setattr(q, step, real)  # the connection is back; the service retries the claim
+    vars(q).pop("_claim_now", None)
+    got = q.claim(10, block_s=0.2, max_wait_s=0)
+    assert got == tickets(5)  # every payload, oldest first: none stranded in the in-flight list
+    assert r.llen(keys.inflight("w1")) == 5 and r.llen(keys.tickets) == 0
+
+
+@pytest.mark.parametrize("path", ["script", "blocking"])
+def test_a_worker_taken_for_dead_while_alive_is_recovered_if_it_dies_later(
+    redis_url: str, r: redis.Redis, keys: Keys, path: str
+) -> None:
+    """A's heartbeat lapsed (Redis was away longer than the TTL) but A lives: B recovers A's list and
+    deregisters it. If A then claims and dies before its next beat, its claims must still be found."""
+    a = RedisQueue(connect(redis_url), keys, "A")
+    b = RedisQueue(connect(redis_url), keys, "B")
+    a.beat({}, ttl_s=0.1)
+    wait_for(lambda: not r.exists(keys.heartbeat("A")), what="A's heartbeat to lapse")
+    assert [rec.worker for rec in b.recover()] == ["A"]  # A looks dead: deregistered
+    r.lpush(keys.tickets, *tickets(3))
+    if path == "blocking":  # as if the input had been empty and the payload arrived during the block
+        a._claim_now = lambda n, held: ([], False)  # type: ignore[method-assign]
+    assert len(a.claim(3, block_s=0.2, max_wait_s=0)) >= 1  # A is alive after all, and claims
+    # A dies here, before its heartbeat thread beats again.
+    (rec,) = b.recover()
+    assert rec.worker == "A" and rec.requeued >= 1
+    assert r.llen(keys.tickets) == 3 and r.llen(keys.inflight("A")) == 0
+
+
+def test_a_claim_stops_at_its_byte_budget_whatever_producers_push(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Oversized payloads are refused, but only after they are read: the claim bounds how many at once."""
+    q = RedisQueue(connect(redis_url), keys, "w1", max_claim_bytes=1_000_000)
+    r.lpush(keys.tickets, *[b"x" * 300_000 + b"%d" % i for i in range(10)])
+    sizes = []
+    while r.llen(keys.tickets):
+        got = q.claim(256, block_s=0.1, max_wait_s=0)
+        assert sum(map(len, got)) <= 1_000_000
+        sizes.append(len(got))
+        r.delete(keys.inflight("w1"))
+    assert sizes == [3, 3, 3, 1]
+    r.lpush(keys.tickets, b"y" * 2_000_000, b"small")
+    assert q.claim(256, block_s=0.1, max_wait_s=0) == [b"y" * 2_000_000]  # over the budget: alone
+    assert q.claim(256, block_s=0.1, max_wait_s=0) == [b"small"]
+
+
+# -- throwaway servers and real workers ------------------------------------------------------------------
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Makes redis-servers (not started) on free loopback ports; every one is killed afterwards."""
+    need_binary("redis-server")
+    made: list[RedisServer] = []
+
+    def make(**kwargs: Any) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(made)}", **kwargs)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.crash()
+
+
+@pytest.fixture
+def fleets(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    """Makes fleets of fake-model worker processes; any still running afterwards is killed."""
+    made: list[Fleet] = []
+
+    def make(url: str, *flags: str, prefix: str = KEYS.prefix, name_clients: bool = True) -> Fleet:
+        logs = tmp_path / f"logs-{len(made)}"
+        logs.mkdir()
+        fleet = Fleet(
+            url, prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients, module=FAKEWORKER
+        )
+        made.append(fleet)
+        return fleet
+
+    yield make
+    for fleet in made:
+        fleet.kill_all()
+
+
+def started(r: redis.Redis, worker: WorkerProc) -> WorkerProc:
+    wait_for(lambda: r.exists(KEYS.heartbeat(worker.id)), 15, f"{worker.id} to start")
+    return worker
+
+
+def events(worker: WorkerProc, name: str) -> list[dict[str, Any]]:
+    return [e for e in worker.events() if e.get("event") == name]
+
+
+def cli(url: str, *args: str | bytes, stdin: bytes | None = None) -> bytes:
+    """redis-cli, the way an outside user would push; ``-x`` reads the last argument from ``stdin``.
+    Returns what it printed: the reply, or the error (redis-cli exits 0 on a refused command)."""
+    need_binary("redis-cli")
+    argv = [b"redis-cli", b"-u", url.encode(), *(a.encode() if isinstance(a, str) else a for a in args)]
+    return subprocess.run(argv, input=stdin, capture_output=True, check=True, timeout=30).stdout
+
+
+def proc_kb(pid: int, field: str) -> int:
+    """VmRSS (now) or VmHWM (peak) of a process, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def all_accounted(r: redis.Redis, results: int, dead: int) -> None:
+    assert r.hlen(KEYS.results) == results and r.llen(KEYS.dead) == dead
+    assert r.llen(KEYS.tickets) == 0
+    assert not any(r.llen(k) for k in r.scan_iter(match=KEYS.inflight("*")))
+
+
+# -- bad inputs, pushed with redis-cli ---------------------------------------------------------------------
+
+NOT_JSON_AT_26 = "not JSON: Invalid control character at: line 1 column 27 (char 26)"
+BAD_INPUTS: list[tuple[bytes, str]] = [
+    (b"hello", "not JSON: Expecting value: line 1 column 1 (char 0)"),
+    (b'{"id": "u1", "text": "caf\xe9 au lait"}', "not UTF-8: invalid continuation byte at byte 25"),
+    (b'["u2", "a list"]', "not a JSON object: got list"),
+    (b"42", "not a JSON object: got int"),
+    (b'{"text": "who am I"}', "missing field: id"),
+    (b'{"id": "m2"}', "missing field: text"),
+    (b'{"id": 7, "text": "x"}', "wrong type: id must be a string, got int"),
+    (b'{"id": "w2", "text": {"a": 1}}', "wrong type: text must be a string, got dict"),
+    (b'{"id": "e1", "text": ""}', "empty field: text is empty or white space"),
+    (b'{"id": "e2", "text": " \\t\\n "}', "empty field: text is empty or white space"),
+    (b'{"id": "v1", "text": "x", "v": 2}', "unsupported version: 2 (this worker speaks v1)"),
+    (json.dumps({"id": "L" * 257, "text": "y"}).encode(), "id too long: 257 characters > 256"),
+    (json.dumps({"id": "t1", "text": "y" * 16385}).encode(), "text too long: 16385 characters > 16384"),
+    (b'{"id": "c1", "text": "ring \\u0007 bell"}', "control character U+0007 in text"),
+    (b'{"id": "c2", "text": "ansi \\u001b[31m red"}', "control character U+001B in text"),
+    (b'{"id": "c3", "text": "raw \x01 byte"}', NOT_JSON_AT_26),
+    (b'{"id": "c4", "text": "nul \\u0000 escaped"}', "control character U+0000 in text"),
+    (b'{"id": "c5", "text": "nul \x00 raw"}', NOT_JSON_AT_26),
+    (b'{"id": "s1", "text": "half \\ud800 pair"}', "lone surrogate U+D800 in text"),
+    (
+        b'{"id": "n1", "text": "x", "deep": ' + b"[" * 30_000 + b"]" * 30_000 + b"}",
+        "not JSON: nested too deeply",
+    ),
+]
+
+
+def big(n: int) -> bytes:
+    """Exactly 10 MiB, distinct in its first bytes (all a dead letter keeps)."""
+    return b'{"id": "big%02d", "text": "' % n + b"a" * (10 * MB - 27) + b'"}'
+
+
+ENGINE_ERROR = "engine error: FakeEngineError: fake engine refused a ticket containing __raise__"
+
+
+def test_bad_inputs_each_end_dead_with_their_reason_and_the_worker_keeps_serving(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    server = servers()
+    server.start()
+    r = server.client()
+    worker = started(r, fleets(server.url).spawn())
+    rss_before = proc_kb(worker.proc.pid, "VmRSS")
+    for payload, _ in BAD_INPUTS:
+        if b"\x00" in payload or len(payload) > 60_000:  # NUL cannot be an argv byte; argv is bounded
+            cli(server.url, "-x", "LPUSH", KEYS.tickets, stdin=payload)
+        else:
+            cli(server.url, "LPUSH", KEYS.tickets, payload)
+    bigs = [big(n) for n in range(12)]  # 120 MiB in all, staged, then moved in at once: a backlog
+    for payload in bigs:
+        cli(server.url, "-x", "LPUSH", f"{KEYS.prefix}:staging", stdin=payload)
+    with r.pipeline(transaction=True) as pipe:
+        for _ in bigs:
+            pipe.lmove(f"{KEYS.prefix}:staging", KEYS.tickets, "RIGHT", "LEFT")
+        pipe.execute()
+    twin = b'{"id": "twin", "text": "billing: the same bytes, twice"}'
+    cli(server.url, "LPUSH", KEYS.tickets, twin, twin)
+    mates = [b'{"id": "mate%d", "text": "account: mate %d"}' % (n, n) for n in range(4)]
+    boom = b'{"id": "boom", "text": "technical: please __raise__ now"}'
+    cli(server.url, "LPUSH", KEYS.tickets, mates[0], mates[1], boom, mates[2], mates[3])  # one drain
+    first, rival = b'{"id": "d1", "text": "billing: first"}', b'{"id": "d1", "text": "billing: second"}'
+    cli(server.url, "LPUSH", KEYS.tickets, first)
+    wait_for(lambda: r.hexists(KEYS.results, "d1"), 15, "d1's result")
+    cli(server.url, "LPUSH", KEYS.tickets, rival)
+    expected_dead = len(BAD_INPUTS) + len(bigs) + 2  # the engine failure and the rival
+    wait_for(lambda: r.llen(KEYS.dead) == expected_dead and r.hlen(KEYS.results) == 6, 30, "every outcome")
+
+    letters = [DeadLetter.from_json(d) for d in r.lrange(KEYS.dead, 0, -1)]
+    reasons = {payload_digest(d.payload): d.reason for d in letters}
+    for payload, reason in BAD_INPUTS:
+        assert reasons.pop(payload_digest(payload)) == reason, payload[:40]
+    assert reasons.pop(payload_digest(boom)) == ENGINE_ERROR
+    assert reasons.pop(payload_digest(rival)) == "duplicate id"
+    for payload in bigs:
+        assert (
+            reasons.pop(payload_digest(payload[:MAX_PAYLOAD_BYTES]))
+            == "payload too large: 10485760 bytes > 65536"
+        )
+    assert not reasons
+    for raw in r.lrange(KEYS.dead, 0, -1):
+        letter = json.loads(raw)
+        if letter["reason"].startswith("payload too large"):  # kept bounded: its head and its size
+            assert len(letter["payload"]) == MAX_PAYLOAD_BYTES and letter["payload_bytes"] == 10 * MB
+    winner = r.hget(KEYS.results, "d1")
+    assert winner is not None and Result.from_json(winner).digest == payload_digest(first)  # first wins
+    assert r.hexists(KEYS.results, "twin") and all(r.hexists(KEYS.results, f"mate{n}") for n in range(4))
+
+    peak = proc_kb(worker.proc.pid, "VmHWM")
+    assert peak - rss_before < 200 * 1024, f"RSS grew by {(peak - rss_before) // 1024} MB"
+    assert worker.alive  # still serving:
+    cli(server.url, "LPUSH", KEYS.tickets, b'{"id": "after", "text": "billing: still there?"}')
+    wait_for(lambda: r.hexists(KEYS.results, "after"), 10, "a ticket after the bad ones")
+    assert len(events(worker, "dead_letter")) == expected_dead
+    assert worker.log.stat().st_size < MB  # no payload is ever logged
+    assert events(worker, "engine_error")
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    all_accounted(r, 7, expected_dead)
+
+
+# -- Redis down, killed, restarted -------------------------------------------------------------------------
+
+
+def test_a_worker_started_before_redis_backs_off_quietly_then_serves(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    server = servers()  # its port is chosen, nothing listens on it yet
+    worker = fleets(server.url).spawn()
+    time.sleep(1.0)
+    cpu_before = cpu_s(worker.proc.pid)
+    time.sleep(2.0)
+    cpu_outage = cpu_s(worker.proc.pid) - cpu_before
+    waits = events(worker, "redis_unavailable")
+    assert 3 <= len(waits) <= 25, waits  # a bounded schedule, not a retry per millisecond
+    assert [e["attempt"] for e in waits] == list(range(1, len(waits) + 1))
+    assert all(0 < e["retry_in_s"] <= 5.0 for e in waits)  # capped back-off
+    assert cpu_outage < 0.3, f"{cpu_outage:.2f} CPU seconds in 2 s of outage: a busy loop"
+    assert worker.alive
+    server.start()
+    r = server.client()
+    r.lpush(KEYS.tickets, *tickets(50))
+    wait_for(lambda: r.hlen(KEYS.results) == 50, 15, "results once Redis is up")
+    assert len(events(worker, "redis_restored")) == 1
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    all_accounted(r, 50, 0)
+
+
+def test_redis_killed_mid_work_and_restarted_from_its_aof_loses_nothing(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    server = servers(fsync="always")  # every acknowledged write survives a SIGKILL
+    server.start()
+    r = server.client()
+    worker = started(
+        r, fleets(server.url, "--model", FAKE + "?delay_ms=30", "--drain", "16", "--batch-size", "4").spawn()
+    )
+    r.lpush(KEYS.tickets, *tickets(300))
+    wait_for(lambda: r.hlen(KEYS.results) >= 40 and r.llen(KEYS.inflight(worker.id)) > 0, 15, "mid-batch")
+    server.crash()
+    time.sleep(1.0)
+    server.start()
+    wait_for(lambda: r.hlen(KEYS.results) == 300, 30, "every result after the restart")
+    assert worker.alive and events(worker, "redis_unavailable") and events(worker, "redis_restored")
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    all_accounted(r, 300, 0)
+
+
+def test_sigterm_during_a_redis_outage_exits_promptly_and_a_peer_recovers_the_claims(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    server = servers()
+    server.start()
+    r = server.client()
+    fleet = fleets(server.url, "--heartbeat-s", "1", "--drain", "10", "--batch-size", "10")
+    worker = started(r, fleet.spawn("--model", FAKE + "?delay_ms=1500"))
+    r.lpush(KEYS.tickets, *tickets(10))
+    wait_for(lambda: r.llen(KEYS.inflight(worker.id)) == 10, 10, "the drain to be claimed")
+    server.stop()  # SHUTDOWN (the AOF is fsynced) while the worker classifies
+    began = time.monotonic()
+    fleet.signal(worker, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    assert time.monotonic() - began < 10
+    assert events(worker, "exit_during_outage")
+    server.start()
+    assert r.llen(KEYS.inflight(worker.id)) == 10 and r.hlen(KEYS.results) == 0  # held in Redis, not lost
+    wait_for(lambda: not r.exists(KEYS.heartbeat(worker.id)), 5, "the heartbeat to expire")
+    peer = fleet.spawn("--burst")
+    assert peer.proc.wait(30) == 0
+    assert [e["worker"] for e in events(peer, "requeued")] == [worker.id]
+    all_accounted(r, 10, 0)
+
+
+def test_a_full_redis_makes_the_worker_wait_not_crash(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    """At maxmemory (noeviction) Redis refuses writes with OOM errors until memory is freed: a worker
+    that exited on them would crash-loop and burn its claims' attempts, so it backs off instead."""
+    server = servers()
+    server.start()
+    r = server.client()
+    flags = ("--model", FAKE + "?delay_ms=100", "--drain", "10", "--batch-size", "10")
+    worker = started(r, fleets(server.url, *flags).spawn())
+    r.lpush(KEYS.tickets, *tickets(100))
+    wait_for(lambda: r.hlen(KEYS.results) >= 10, 10, "some results")
+    r.config_set("maxmemory", max(1, int(r.info("memory")["used_memory"]) // 2))  # full: writes refused
+    wait_for(lambda: any("OutOfMemoryError" in e["error"] for e in events(worker, "redis_unavailable")), 10)
+    time.sleep(1.0)
+    assert worker.alive
+    r.config_set("maxmemory", 0)
+    wait_for(lambda: r.hlen(KEYS.results) == 100, 20, "every result once Redis has room")
+    assert worker.alive and events(worker, "redis_restored")
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    all_accounted(r, 100, 0)
+
+
+# -- credentials -----------------------------------------------------------------------------------------
+
+
+def test_a_password_in_the_url_works_and_never_reaches_the_logs(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    secret = "pw-" + os.urandom(8).hex()
+    server = servers(password=secret)
+    server.start()
+    r = server.client()
+    r.lpush(KEYS.tickets, *tickets(20))
+    worker = fleets(server.url).spawn("--burst")
+    assert worker.proc.wait(30) == 0
+    assert r.hlen(KEYS.results) == 20
+    wrong = "pw-" + os.urandom(8).hex()
+    refused = fleets(server.url.replace(secret, wrong)).spawn()
+    wait_for(lambda: len(events(refused, "redis_unavailable")) >= 2, 10, "refused connections")
+    assert "AuthenticationError" in events(refused, "redis_unavailable")[0]["error"]
+    os.kill(refused.proc.pid, signal.SIGTERM)
+    assert refused.proc.wait(10) == 0
+    for w in (worker, refused):
+        text = w.log.read_text()
+        assert secret not in text and wrong not in text
+        assert ":***@" in text  # the URL is logged, masked
+
+
+def test_a_tls_url_with_a_password_works_and_the_password_is_not_logged(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    need_binary("openssl")
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    argv = [
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]
+    argv += [
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-keyout",
+        str(tls / "key.pem"),
+        "-out",
+        str(tls / "cert.pem"),
+    ]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)  # a self-signed certificate
+    secret = "pw-" + os.urandom(8).hex()
+    server = servers(password=secret, tls=tls)
+    server.start()
+    assert server.url.startswith("rediss://")
+    r = server.client()
+    r.lpush(KEYS.tickets, *tickets(20))
+    worker = fleets(server.url).spawn("--burst")
+    assert worker.proc.wait(30) == 0
+    all_accounted(r, 20, 0)
+    text = worker.log.read_text()
+    assert secret not in text and "rediss://:***@" in text
+
+
+def test_the_acls_in_the_threat_model_work_as_written(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    doc = (ROOT / "docs" / "threat-model.md").read_text()
+    rules = {
+        line.split()[2]: line.split() for line in doc.splitlines() if line.startswith("ACL SETUSER ticketq-")
+    }
+    assert set(rules) == {"ticketq-producer", "ticketq-waiter", "ticketq-worker"}
+    server = servers(password="admin-" + os.urandom(8).hex())
+    server.start()
+    admin = server.client()
+    for rule in rules.values():
+        admin.execute_command(*rule)
+    admin.config_set("proto-max-bulk-len", "1mb")  # as the document advises
+
+    def url(user: str) -> str:
+        password = next(t[1:] for t in rules[user] if t.startswith(">"))
+        return f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
+
+    keys = Keys("ticketq")
+    admin.sadd(keys.workers, "ghost")  # a dead peer's claim: recovery runs as the worker user too
+    admin.lpush(keys.inflight("ghost"), b'{"id": "g1", "text": "billing: left behind"}')
+    worker = fleets(url("ticketq-worker"), "--heartbeat-s", "1", prefix="ticketq", name_clients=False).spawn()
+    waiter = Client.from_url(url("ticketq-waiter"), prefix="ticketq")
+    waited = waiter.push_and_wait([{"id": f"a{n}", "text": "account: locked out"} for n in range(10)], 20)
+    assert len(waited.results) == 10 and waited.complete
+    producer = url("ticketq-producer")
+    assert cli(producer, "LPUSH", keys.tickets, "not json").strip() == b"1"
+    assert cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 900_000).strip() == b"1"
+    assert b"invalid bulk length" in cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 2 * MB)
+    for refused in (
+        ["HSET", keys.results, "a0", "forged"],
+        ["LPUSH", keys.dead, "forged"],
+        ["LRANGE", keys.tickets, "0", "-1"],
+        ["DEL", keys.tickets],
+        ["EVAL", "return 1", "0"],
+        ["PUBLISH", keys.events, '{"ids": [], "dead": {"a0": "forged"}}'],
+        ["LPUSH", "rq:queue:default", "forged"],
+    ):
+        assert cli(producer, *refused).startswith(b"NOPERM"), refused
+    wait_for(lambda: admin.hexists(keys.results, "g1") and admin.llen(keys.dead) == 2, 15, "recovery")
+    reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in admin.lrange(keys.dead, 0, -1))
+    assert reasons == ["not JSON", "payload too large"]
+    assert worker.alive
+    os.kill(worker.proc.pid, signal.SIGTERM)
+    assert worker.proc.wait(10) == 0
+    assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0

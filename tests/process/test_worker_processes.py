@@ -1,0 +1,163 @@
+"""Real worker processes (``python -m tools.fakeworker``: the service with the fake classifier), fed and
+read with redis-cli.
+
+They are killed with SIGKILL mid-batch, stopped with SIGTERM (once and twice) and fed a poison ticket,
+and every test checks the one invariant that matters: every ticket ends with a result or a dead letter,
+none is lost and none stays in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from support import need_binary, wait_for
+
+from producer.protocol import DeadLetter, Keys, Result
+
+pytestmark = [pytest.mark.redis, pytest.mark.process]
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = "fake:billing,technical,account"
+
+
+class Worker:
+    def __init__(self, redis_url: str, keys: Keys, log: Path, *flags: str) -> None:
+        self.log = log
+        cmd = [sys.executable, "-m", "tools.fakeworker", "--redis-url", redis_url, "--prefix", keys.prefix]
+        cmd += ["--log-format", "json", *flags]
+        if "--model" not in flags:
+            cmd += ["--model", FAKE]
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+    def events(self) -> list[dict[str, object]]:
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
+
+
+def tickets(n: int) -> list[str]:
+    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
+    return [json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}) for i in range(n)]
+
+
+def accounted(r: redis.Redis, keys: Keys, n: int) -> None:
+    """Every ticket has a result; nothing is dead, waiting or in flight."""
+    assert r.hlen(keys.results) == n
+    assert r.llen(keys.dead) == 0 and r.llen(keys.tickets) == 0
+    assert not list(r.scan_iter(match=f"{keys.prefix}:inflight:*"))
+
+
+def test_a_burst_worker_reads_what_redis_cli_pushed(redis_url: str, keys: Keys, tmp_path: Path) -> None:
+    need_binary("redis-cli")
+
+    def cli(*args: str) -> str:
+        return subprocess.run(
+            ["redis-cli", "-u", redis_url, *args], check=True, capture_output=True, text=True
+        ).stdout
+
+    cli("LPUSH", keys.tickets, *tickets(30))
+    cli(
+        "LPUSH",
+        keys.tickets,
+        "not json",
+        '{"id": "m1"}',
+        '{"id": "m2", "text": ""}',
+        '{"id": "t0", "text": "x"}',
+    )
+    worker = Worker(redis_url, keys, tmp_path / "w.log", "--burst")
+    assert worker.wait() == 0
+    result = Result.from_json(cli("HGET", keys.results, "t1"))
+    assert result.label == "technical" and result.model == FAKE
+    assert cli("HLEN", keys.results).strip() == "30"
+    dead = [DeadLetter.from_json(line) for line in cli("LRANGE", keys.dead, "0", "-1").splitlines()]
+    reasons = {d.id: d.reason for d in dead}
+    assert reasons["m1"] == "missing field: text" and reasons["t0"] == "duplicate id"
+    assert reasons["m2"].startswith("empty field") and reasons[None].startswith("not JSON")
+    drains = [e for e in worker.events() if e["event"] == "drain"]
+    assert sum(int(str(d["claimed"])) for d in drains) == 34
+
+
+def test_sigkill_mid_batch_then_a_second_worker_recovers_everything(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    r.lpush(keys.tickets, *tickets(200))
+    slow = Worker(
+        redis_url, keys, tmp_path / "a.log", "--worker-id", "A", "--heartbeat-s", "1",
+        "--model", FAKE + "?delay_ms=100", "--drain", "20", "--batch-size", "5",
+    )  # fmt: skip
+    wait_for(lambda: r.hlen(keys.results) >= 20 and r.llen(keys.inflight("A")) > 0, what="A mid-batch")
+    slow.proc.send_signal(signal.SIGKILL)
+    slow.wait()
+    assert r.llen(keys.inflight("A")) > 0  # it died holding a drain
+    wait_for(lambda: not r.exists(keys.heartbeat("A")), what="A's heartbeat to expire")
+    rescuer = Worker(redis_url, keys, tmp_path / "b.log", "--worker-id", "B", "--burst")
+    assert rescuer.wait() == 0
+    accounted(r, keys, 200)
+    assert not r.sismember(keys.workers, "A")
+    requeued = [e for e in rescuer.events() if e["event"] == "requeued"]
+    assert requeued and requeued[0]["worker"] == "A"
+
+
+def test_sigterm_finishes_the_batch_and_exits_cleanly(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    r.lpush(keys.tickets, *tickets(200))
+    worker = Worker(
+        redis_url, keys, tmp_path / "w.log", "--worker-id", "W",
+        "--model", FAKE + "?delay_ms=50", "--drain", "20", "--batch-size", "5",
+    )  # fmt: skip
+    wait_for(lambda: r.hlen(keys.results) >= 20, what="some results")
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait(10) == 0
+    assert r.hlen(keys.results) + r.llen(keys.tickets) == 200  # nothing lost, nothing held
+    assert r.llen(keys.inflight("W")) == 0 and not r.sismember(keys.workers, "W")
+    assert "stopping" in [e["event"] for e in worker.events()]
+    assert Worker(redis_url, keys, tmp_path / "w2.log", "--burst").wait() == 0
+    accounted(r, keys, 200)
+
+
+def test_a_second_signal_requeues_and_exits_at_once(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    r.lpush(keys.tickets, *tickets(10))
+    worker = Worker(
+        redis_url, keys, tmp_path / "w.log", "--worker-id", "W",
+        "--model", FAKE + "?delay_ms=20000", "--drain", "10", "--batch-size", "10",
+    )  # fmt: skip
+    wait_for(lambda: r.llen(keys.inflight("W")) == 10, what="the drain to be claimed")
+    time.sleep(0.3)  # inside the (20 s) batch now
+    worker.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    began = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait(5) == 128 + signal.SIGTERM
+    assert time.monotonic() - began < 3
+    assert r.llen(keys.tickets) == 10 and r.llen(keys.inflight("W")) == 0 and r.hlen(keys.results) == 0
+
+
+def test_a_poison_ticket_is_dead_lettered_after_killing_max_attempts_workers(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    r.lpush(keys.tickets, json.dumps({"id": "poison", "text": "__exit__"}), *tickets(5))
+    codes = []
+    for run in range(4):
+        wait_for(
+            lambda: not list(r.scan_iter(match=f"{keys.prefix}:heartbeat:*")), what="heartbeats to expire"
+        )
+        flags = ("--burst", "--heartbeat-s", "1", "--max-attempts", "2")
+        codes.append(Worker(redis_url, keys, tmp_path / f"w{run}.log", *flags).wait())
+        if codes[-1] == 0:
+            break
+    assert codes == [70, 70, 0]  # two workers died on it; the third dead-lettered it and did the rest
+    (letter,) = [DeadLetter.from_json(d) for d in r.lrange(keys.dead, 0, -1)]
+    assert letter.id == "poison" and letter.reason == "poison: killed 2 workers"
+    assert r.hlen(keys.results) == 5 and r.llen(keys.tickets) == 0 and r.hlen(keys.attempts) == 0

@@ -1,0 +1,214 @@
+"""The reliable queue on a real Redis: claim, ack, duplicates, recovery, poison, hash-tagged keys."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import redis
+from redis.crc import key_slot
+from support import finished
+
+from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
+from worker import lua
+from worker.contract import Rejected
+from worker.errors import TransientError
+from worker.queue import RedisQueue, connect
+
+pytestmark = pytest.mark.redis
+
+
+def payload(i: int | str, text: str = "hello") -> bytes:
+    return json.dumps({"id": f"t{i}", "text": f"{text} {i}"}).encode()
+
+
+@pytest.fixture
+def q(r: redis.Redis, keys: Keys) -> RedisQueue:
+    return RedisQueue(r, keys, "w1", max_attempts=3)
+
+
+def test_claim_takes_the_oldest_first_up_to_n(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
+    r.lpush(keys.tickets, *[payload(i) for i in range(5)])
+    assert q.claim(3, max_wait_s=0) == [payload(0), payload(1), payload(2)]
+    assert r.llen(keys.inflight("w1")) == 3 and r.llen(keys.tickets) == 2
+
+
+def test_claim_on_empty_input_blocks_then_returns_nothing(q: RedisQueue) -> None:
+    began = time.monotonic()
+    assert q.claim(10, block_s=0.2) == []
+    assert 0.15 < time.monotonic() - began < 1.5
+
+
+def test_claim_keeps_filling_until_max_wait(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
+    def late() -> None:
+        for i in range(3):
+            time.sleep(0.05)
+            r.lpush(keys.tickets, payload(i))
+
+    threading.Thread(target=late).start()
+    got = q.claim(10, block_s=2, max_wait_s=0.6)
+    assert got == [payload(0), payload(1), payload(2)]
+
+
+def test_ack_writes_results_and_dead_letters_and_releases_in_one_step(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    r.lpush(keys.tickets, payload(1), b"junk")
+    good, bad = q.claim(10, max_wait_s=0)
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.events)
+    assert pubsub.get_message(timeout=2) is None  # the confirmation, consumed
+    report = q.ack([finished(good)], [Rejected(bad, DeadLetter("not JSON", bad, worker="w1"))])
+    assert report.written == ["t1"] and len(report.dead) == 1
+    assert Result.from_json(r.hget(keys.results, "t1")).label == "billing"
+    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).payload == b"junk"
+    assert r.llen(keys.inflight("w1")) == 0
+    message = pubsub.get_message(timeout=2)
+    assert message is not None and Event.from_json(message["data"]) == Event(ids=["t1"])
+
+
+def test_redelivery_rewrites_and_is_not_fresh(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
+    r.lpush(keys.tickets, payload(1))
+    (raw,) = q.claim(1, max_wait_s=0)
+    assert [f.result.id for f in q.ack([finished(raw)], []).fresh] == ["t1"]
+    r.lpush(keys.tickets, raw)  # the same bytes again, e.g. after a recovery
+    (again,) = q.claim(1, max_wait_s=0)
+    report = q.ack([finished(again, label="technical")], [])
+    assert report.fresh == [] and report.redelivered == ["t1"] and report.dead == []
+    assert Result.from_json(r.hget(keys.results, "t1")).label == "technical"
+
+
+def test_a_different_payload_with_a_taken_id_is_dead(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
+    first, other = payload(1, "first"), json.dumps({"id": "t1", "text": "second"}).encode()
+    r.lpush(keys.tickets, first, other)
+    claimed = q.claim(2, max_wait_s=0)
+    report = q.ack([finished(p) for p in claimed], [])
+    assert report.written == ["t1"] and [d.reason for d in report.dead] == ["duplicate id"]
+    assert Result.from_json(r.hget(keys.results, "t1")).digest == payload_digest(first)
+    assert DeadLetter.from_json(r.lindex(keys.dead, 0)).id == "t1"
+    assert r.llen(keys.inflight("w1")) == 0
+
+
+def test_an_ack_repeated_after_an_unknown_outcome_adds_nothing(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    r.lpush(keys.tickets, payload(1), b"junk")
+    good, bad = q.claim(2, max_wait_s=0)
+    args = ([finished(good)], [Rejected(bad, DeadLetter("not JSON", bad))])
+    q.ack(*args)
+    again = q.ack(*args)
+    assert again.fresh == [] and again.dead == []
+    assert r.llen(keys.dead) == 1 and r.hlen(keys.results) == 1
+
+
+def test_ack_retries_when_the_results_hash_changes_under_it(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    r.lpush(keys.tickets, payload(1))
+    (raw,) = q.claim(1, max_wait_s=0)
+    calls = 0
+    original = q._plan
+
+    def racing_plan(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # another worker writes the same id between WATCH and EXEC
+            r.hset(keys.results, "t1", finished(payload(1, "other")).result.to_json())
+        return original(*args, **kwargs)
+
+    q._plan = racing_plan
+    report = q.ack([finished(raw)], [])
+    assert calls == 2 and report.written == [] and [d.reason for d in report.dead] == ["duplicate id"]
+
+
+def test_recovery_requeues_a_dead_workers_claims_to_be_served_next(r: redis.Redis, keys: Keys) -> None:
+    dead_worker = RedisQueue(r, keys, "gone")
+    dead_worker.beat({}, ttl_s=60)
+    r.lpush(keys.tickets, *[payload(i) for i in range(4)])
+    assert dead_worker.claim(3, max_wait_s=0) == [payload(0), payload(1), payload(2)]
+    r.lpush(keys.tickets, payload(9))  # newer work arrives meanwhile
+    alive = RedisQueue(r, keys, "w1")
+    assert alive.recover() == []  # heartbeat still there: not an orphan
+    r.delete(keys.heartbeat("gone"))
+    (rec,) = alive.recover()
+    assert (rec.worker, rec.requeued, rec.dead) == ("gone", 3, 0)
+    assert not r.sismember(keys.workers, "gone") and r.llen(keys.inflight("gone")) == 0
+    # the recovered payloads are suspects: each is claimed alone, oldest first, before newer work
+    order = [alive.claim(10, max_wait_s=0) for _ in range(3)]
+    assert order == [[payload(0)], [payload(1)], [payload(2)]]
+    assert alive.claim(10, max_wait_s=0) == [payload(3), payload(9)]
+    assert r.hget(keys.attempts, payload_digest(payload(0))) == b"1"
+
+
+def test_a_suspect_is_not_swept_into_a_drain_already_started(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    r.lpush(keys.tickets, payload(1), payload(2))
+    r.hset(keys.attempts, payload_digest(payload(2)), 1)
+    assert q.claim(10, max_wait_s=0) == [payload(1)]
+    assert q.claim(10, max_wait_s=0) == [payload(2)]
+
+
+def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys) -> None:
+    poison = payload("p")
+    r.lpush(keys.tickets, poison)
+    for n in range(1, 4):
+        victim = RedisQueue(r, keys, f"victim{n}", max_attempts=3)
+        victim.beat({}, ttl_s=60)
+        assert victim.claim(1, max_wait_s=0) == [poison]
+        r.delete(keys.heartbeat(f"victim{n}"))  # it died holding the payload
+        (rec,) = RedisQueue(r, keys, "w1", max_attempts=3).recover()
+        assert (rec.requeued, rec.dead) == ((1, 0) if n < 3 else (0, 1))
+    letter = DeadLetter.from_json(r.lindex(keys.dead, 0))
+    assert letter.reason == "poison: killed 3 workers" and letter.id == "tp" and letter.payload == poison
+    assert r.llen(keys.tickets) == 0 and r.hlen(keys.attempts) == 0
+
+
+def test_ack_clears_the_attempt_count(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
+    r.lpush(keys.tickets, payload(1))
+    r.hset(keys.attempts, payload_digest(payload(1)), 2)
+    (raw,) = q.claim(1, max_wait_s=0)
+    q.ack([finished(raw)], [])
+    assert r.hlen(keys.attempts) == 0
+
+
+def test_requeue_own_hands_everything_back_in_order_and_can_leave(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    q.beat({}, ttl_s=60)
+    r.lpush(keys.tickets, *[payload(i) for i in range(3)])
+    q.claim(2, max_wait_s=0)
+    assert q.requeue_own(leave=True) == 2
+    assert r.lrange(keys.tickets, 0, -1) == [payload(2), payload(1), payload(0)]
+    assert not r.exists(keys.heartbeat("w1")) and not r.sismember(keys.workers, "w1")
+
+
+def test_every_key_lands_in_the_prefix_hash_slot(
+    q: RedisQueue, r: redis.Redis, keys: Keys, prefix: str
+) -> None:
+    """With a hash-tagged prefix, everything a worker touches is in one Redis Cluster slot."""
+    q.beat({}, ttl_s=60)
+    r.lpush(keys.tickets, payload(1), payload(2), b"junk")
+    raws = q.claim(3, max_wait_s=0)
+    r.hset(keys.attempts, "x", 1)
+    q.ack([finished(raws[0])], [Rejected(raws[2], DeadLetter("bad", raws[2]))])
+    RedisQueue(r, keys, "other").beat({}, ttl_s=60)
+    touched = list(r.scan_iter(match=f"{prefix}*"))
+    assert len(touched) >= 6
+    assert {key_slot(k) for k in touched} == {key_slot(prefix.encode())}
+
+
+def test_scripts_build_no_key_names() -> None:
+    """Cluster rule: every key reaches a script through KEYS, none is assembled inside it."""
+    for source in (lua.CLAIM, lua.RECOVER, lua.REQUEUE_OWN):
+        assert ".." not in source and "ARGV[1] .." not in source
+
+
+def test_a_down_redis_is_a_transient_error(keys: Keys) -> None:
+    q = RedisQueue(connect("redis://127.0.0.1:1/0"), keys, "w1")
+    with pytest.raises(TransientError):
+        q.claim(1, block_s=0.1)
+    with pytest.raises(TransientError):
+        q.ack([], [])

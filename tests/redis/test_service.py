@@ -1,0 +1,158 @@
+"""The service loop in-process, with a fake classifier, on a real Redis (and a proxy to cut it)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+from support import proxied_url, wait_for
+
+from producer.protocol import DeadLetter, Keys, Result
+from worker.engine.options import EngineOptions
+from worker.errors import Backoff
+from worker.heartbeat import Heartbeat
+from worker.queue import RedisQueue, connect
+from worker.service import Service
+from worker.settings import Settings
+from worker.stage import process
+
+pytestmark = pytest.mark.redis
+
+
+def tickets(n: int, start: int = 0) -> list[bytes]:
+    topics = ["billing: my invoice is wrong", "technical: the app crashes", "account: reset my password"]
+    return [
+        json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} #{i}"}).encode() for i in range(start, start + n)
+    ]
+
+
+def make_service(
+    url: str, keys: Keys, classifier: object, *, burst: bool = True, heartbeat: bool = False, **kw: object
+) -> Service:
+    settings = Settings(
+        redis_url=url,
+        prefix=keys.prefix,
+        burst=burst,
+        worker_id="w1",
+        drain=16,
+        engine=EngineOptions(batch_size=4),
+        **kw,
+    )
+    queue = RedisQueue(connect(url), keys, "w1")
+    beat = Heartbeat(RedisQueue(connect(url), keys, "w1"), 5.0, 0.5, {"model": "fake"}) if heartbeat else None
+    return Service(settings, queue, classifier, heartbeat=beat, backoff=Backoff(base=0.05, cap=0.2))
+
+
+def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+) -> None:
+    bad = [b"\xff", b"[]", b'{"id": "x1"}', b'{"id": "x2", "text": "   "}', b'{"id": 3, "text": "a"}']
+    r.lpush(keys.tickets, *tickets(40), *bad)
+    with capture_logs() as logs:
+        assert make_service(redis_url, keys, fake_classifier, heartbeat=True).run() == 0
+    assert r.hlen(keys.results) == 40 and r.llen(keys.dead) == len(bad)
+    assert r.llen(keys.tickets) == 0 and r.llen(keys.inflight("w1")) == 0
+    assert not r.sismember(keys.workers, "w1") and not r.exists(keys.heartbeat("w1"))
+    reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in r.lrange(keys.dead, 0, -1))
+    assert reasons == ["empty field", "missing field", "not UTF-8", "not a JSON object", "wrong type"]
+    labels = {i: Result.from_json(r.hget(keys.results, f"t{i}")).label for i in range(3)}
+    assert labels == {0: "billing", 1: "technical", 2: "account"}
+    events = [e["event"] for e in logs]
+    assert events[0] == "worker_start" and events[-1] == "burst_done"
+    drains = [e for e in logs if e["event"] == "drain"]
+    assert sum(d["claimed"] for d in drains) == 45 and sum(d["dead"] for d in drains) == 5
+    batch = next(e for e in logs if e["event"] == "batch")
+    assert {"items", "rows", "real_tokens", "padded_tokens", "padding_overhead", "ms", "items_per_s"} <= set(
+        batch
+    )
+    assert len([e for e in logs if e["event"] == "dead_letter"]) == 5
+    assert "redis_url" in logs[0]["settings"]
+
+
+def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier: object) -> None:
+    raws = [
+        json.dumps({"id": f"t{i}", "text": t}).encode() for i, t in enumerate(["fine", "boom here", "ok too"])
+    ]
+    verdict = process(raws, fake_classifier, "w1")
+    assert [f.result.id for f in verdict.finished] == ["t0", "t2"]
+    (rejected,) = verdict.rejected
+    assert rejected.letter.id == "t1" and rejected.letter.reason.startswith(
+        "engine error: RuntimeError: boom"
+    )
+    assert len(fake_classifier.calls) == 4  # the drain, then one by one
+
+
+def test_burst_exits_at_once_on_an_empty_queue(redis_url: str, keys: Keys, fake_classifier: object) -> None:
+    began = time.monotonic()
+    assert make_service(redis_url, keys, fake_classifier).run() == 0
+    assert time.monotonic() - began < 2
+
+
+def test_a_stop_finishes_the_drain_and_requeues_the_rest(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+) -> None:
+    service = make_service(redis_url, keys, fake_classifier, burst=False)
+    r.lpush(keys.tickets, *tickets(50))
+    real = fake_classifier.classify
+
+    def stop_during_first(texts: list[str]) -> object:
+        service.stop()
+        return real(texts)
+
+    fake_classifier.classify = stop_during_first
+    assert service.run() == 0
+    assert r.hlen(keys.results) == 16  # the drain in hand was finished and acked
+    assert r.llen(keys.tickets) == 34 and r.llen(keys.inflight("w1")) == 0
+
+
+def test_a_redis_outage_is_survived_without_losing_anything(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object, proxy: object
+) -> None:
+    url = proxied_url(redis_url, proxy.port)
+    service = make_service(url, keys, fake_classifier, burst=False)
+    r.lpush(keys.tickets, *tickets(20))
+    with capture_logs() as logs:
+        worker = threading.Thread(target=service.run)
+        worker.start()
+        wait_for(lambda: r.hlen(keys.results) == 20)
+        proxy.cut()
+        r.lpush(keys.tickets, *tickets(20, start=20))
+        wait_for(lambda: any(e["event"] == "redis_unavailable" for e in logs))
+        time.sleep(0.3)
+        proxy.restore()
+        wait_for(lambda: r.hlen(keys.results) == 40)
+        service.stop()
+        worker.join(5)
+    assert not worker.is_alive()
+    assert r.llen(keys.tickets) == 0 and r.llen(keys.inflight("w1")) == 0 and r.llen(keys.dead) == 0
+    events = [e["event"] for e in logs]
+    assert "redis_restored" in events
+
+
+def test_a_stop_during_an_outage_exits_in_bounded_time_and_keeps_the_claims(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object, proxy: object
+) -> None:
+    url = proxied_url(redis_url, proxy.port)
+    service = make_service(url, keys, fake_classifier, burst=False)
+    r.lpush(keys.tickets, *tickets(10))
+    real: Callable[[list[str]], object] = fake_classifier.classify
+
+    def cut_mid_drain(texts: list[str]) -> object:
+        proxy.cut()  # Redis goes away while the drain is being classified
+        return real(texts)
+
+    fake_classifier.classify = cut_mid_drain
+    worker = threading.Thread(target=service.run)
+    worker.start()
+    wait_for(lambda: r.llen(keys.tickets) == 0)
+    time.sleep(0.3)
+    began = time.monotonic()
+    service.stop()
+    worker.join(5)
+    assert not worker.is_alive() and time.monotonic() - began < 3
+    assert r.llen(keys.inflight("w1")) == 10 and r.hlen(keys.results) == 0  # in Redis, for recovery

@@ -1,0 +1,57 @@
+"""The producer side: Client (on fakeredis where no worker is needed) and ticketq-producer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import fakeredis
+import pytest
+from support import run_producer_cli as run_cli
+
+from producer.client import Client
+from producer.protocol import BadTicket, DeadLetter, Keys, Ticket
+
+
+def test_importing_the_producer_never_imports_the_worker_or_torch() -> None:
+    code = (
+        "import sys, producer, producer.protocol, producer.client, producer.cli\n"
+        "banned = {'torch', 'transformers', 'worker', 'rq'}\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in banned)\n"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_push_validates_everything_before_pushing_anything(fake_redis: fakeredis.FakeRedis) -> None:
+    client = Client(fake_redis, "p")
+    with pytest.raises(BadTicket, match=r"ticket #1: missing field: text"):
+        client.push([{"id": "a", "text": "fine"}, {"id": "b"}])
+    assert fake_redis.llen("p:tickets") == 0
+
+
+def test_push_lpushes_in_order_so_the_first_is_served_first(fake_redis: fakeredis.FakeRedis) -> None:
+    client = Client(fake_redis, "p")
+    ids = client.push([Ticket("a", "one"), {"id": "b", "text": "two", "customer": "acme"}])
+    assert ids == ["a", "b"]
+    oldest = json.loads(fake_redis.lindex("p:tickets", -1))  # type: ignore[arg-type]
+    assert oldest["id"] == "a"
+    assert json.loads(fake_redis.lindex("p:tickets", 0))["customer"] == "acme"  # type: ignore[arg-type]
+
+
+def test_wait_times_out_with_the_pending_ids(fake_redis: fakeredis.FakeRedis) -> None:
+    waited = Client(fake_redis, "p").wait(["nope"], timeout=0.2)
+    assert waited.pending == {"nope"} and not waited.complete
+
+
+def test_wait_finds_tickets_that_died_before_it_began(fake_redis: fakeredis.FakeRedis) -> None:
+    fake_redis.lpush("p:dead", DeadLetter("duplicate id", b"{}", id="x").to_json())
+    waited = Client(fake_redis, "p").wait(["x"], timeout=5)
+    assert waited.dead == {"x": "duplicate id"} and waited.complete
+
+
+def test_an_unreachable_redis_is_one_line_and_exit_3(keys: Keys) -> None:
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "stats")
+    assert code == 3 and "cannot reach Redis" in err

@@ -1,0 +1,153 @@
+"""Settings (flags over env over defaults, validated once, secrets masked), log set-up and the CLI shape."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import structlog
+
+from worker import cli, logs
+from worker.engine.options import EngineOptions
+from worker.errors import ConfigError
+from worker.settings import Settings, add_arguments, from_args, mask_url
+
+
+def parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args(argv), env or {})
+
+
+def test_defaults() -> None:
+    s = parse([])
+    assert (s.redis_url, s.prefix, s.drain, s.max_wait_ms, s.burst) == (
+        "redis://127.0.0.1:6379/0",
+        "ticketq",
+        256,
+        50,
+        False,
+    )
+    assert s.engine == EngineOptions()  # every engine default lives there, once
+    e = s.engine
+    assert (e.model, e.dtype, e.device, e.task, e.threads) == ("smollm2", "auto", "auto", None, None)
+    assert (e.batch_size, e.max_batch_tokens, e.max_row_len, e.max_ticket_tokens) == (32, 8192, 128, 512)
+    assert (s.heartbeat_s, s.max_attempts, s.routes) == (15.0, 3, ())
+
+
+def test_flags_win_over_env_which_wins_over_defaults() -> None:
+    env = {
+        "TICKETQ_DRAIN": "64",
+        "TICKETQ_BATCH_SIZE": "8",
+        "TICKETQ_BURST": "yes",
+        "TICKETQ_ROUTES": "a=q1,b=q2",
+    }
+    s = parse(["--drain", "128"], env)
+    assert (s.drain, s.engine.batch_size, s.burst, s.routes) == (128, 8, True, (("a", "q1"), ("b", "q2")))
+    assert parse(["--route", "x=qx", "--route", "y=qy"], env).routes == (("x", "qx"), ("y", "qy"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "problem"),
+    [
+        (["--drain", "0"], {}, "drain"),
+        (["--batch-size", "300"], {}, "batch-size"),
+        (["--redis-url", "http://x"], {}, "redis-url"),
+        (["--worker-id", "a:b"], {}, "worker-id"),
+        (["--log-format", "xml"], {}, "log-format"),
+        (["--route", "nolabel"], {}, "route"),
+        ([], {"TICKETQ_BURST": "maybe"}, "burst"),
+        ([], {"TICKETQ_DRAIN": "lots"}, "drain"),
+    ],
+)
+def test_bad_values_fail_once_with_the_setting_named(
+    argv: list[str], env: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        parse(argv, env)
+
+
+def test_the_password_is_masked_everywhere() -> None:
+    s = parse(["--redis-url", "redis://user:s3cret@db:6379/2"])
+    assert mask_url(s.redis_url) == "redis://user:***@db:6379/2"
+    assert "s3cret" not in repr(s) and "s3cret" not in json.dumps(s.public())
+    assert mask_url("redis://:pw@h") == "redis://:***@h" and mask_url("redis://h:1") == "redis://h:1"
+
+
+def test_json_logs_are_one_object_per_line_with_secrets_scrubbed() -> None:
+    out = io.StringIO()
+    logs.configure("json", "info", stream=out)
+    try:
+        log = logs.get_logger("test")
+        log.info("drain", claimed=3, url="rediss://u:pw@host/0")
+        log.debug("hidden")
+        (line,) = out.getvalue().splitlines()
+        event = json.loads(line)
+        assert list(event)[:4] == ["timestamp", "level", "event", "logger"]
+        assert event["event"] == "drain" and event["claimed"] == 3 and event["url"] == "rediss://u:***@host/0"
+        assert event["timestamp"].endswith("Z")
+    finally:
+        structlog.reset_defaults()
+
+
+def test_a_config_error_exits_2_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--drain", "0"]) == 2
+    assert "drain" in capsys.readouterr().err
+
+
+def test_run_is_the_default_command_and_the_engine_is_not_imported_for_it() -> None:
+    code = (
+        "import sys\n"
+        "from worker import cli, service, queue, settings, routing\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'transformers'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    helptext = subprocess.run(
+        [sys.executable, "-m", "worker", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "run" in helptext
+    run_help = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "--burst" in run_help and "TICKETQ_REDIS_URL" in run_help
+
+
+def test_routes_without_a_handler_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import fakeworker
+
+    argv = ["--model", "fake:a,b", "--route", "a=q", "--burst", "--log-format", "json"]
+    assert fakeworker.main(argv) == 2
+    structlog.reset_defaults()
+
+
+def test_engine_flags_come_from_one_options_class_with_their_defaults_in_the_help() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    helps = {a.dest: a.help or "" for a in parser._actions}
+    defaults = EngineOptions()
+    assert helps["batch_size"].endswith(f"(default {defaults.batch_size}) [env TICKETQ_BATCH_SIZE]")
+    assert helps["max_batch_tokens"].endswith(
+        f"(default {defaults.max_batch_tokens}) [env TICKETQ_MAX_BATCH_TOKENS]"
+    )
+    s = parse(["--batch-size", "8"], {"TICKETQ_MAX_ROW_LEN": "96", "TICKETQ_DTYPE": "float32"})
+    assert s.engine == replace(defaults, batch_size=8, max_row_len=96, dtype="float32")
+    with pytest.raises(ConfigError, match="max-batch-tokens"):
+        parse(["--max-batch-tokens", "8"])
+
+
+def test_other_commands_dispatch_to_their_module_and_missing_ones_are_skipped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "_COMMANDS", {"bench": "cli_command_stub", "eval": "no_such_module_here"})
+    assert cli.main(["bench", "--answer", "7"]) == 7
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    helptext = capsys.readouterr().out
+    commands = [line.split()[0] for line in helptext.splitlines() if line.startswith("    ")]
+    assert commands == ["run", "bench"]

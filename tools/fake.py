@@ -1,0 +1,87 @@
+"""A deterministic keyword classifier: a test double for the engine. Not part of the runtime package.
+
+A real worker service runs it with ``python -m tools.fakeworker --model fake:billing,technical,account``
+(optionally ``?delay_ms=N`` to make each batch slow, so tests can kill a worker mid-batch). It loads in
+microseconds and needs no torch, which keeps the end-to-end tests about the queue rather than the model.
+A label wins when the text mentions it (or a word starting with its first five letters); ties and no match
+go to the first label.
+
+Test hooks, recognised in the ticket text: ``__raise__`` makes ``classify`` raise (engine failure
+isolation); ``__exit__`` ends the process at once with status 70 (a poison ticket that kills workers).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs
+
+from worker.engine.types import BatchStats, Prediction
+
+PREFIX = "fake:"
+
+
+class FakeEngineError(RuntimeError):
+    pass
+
+
+class KeywordClassifier:
+    def __init__(self, labels: Sequence[str], *, batch_size: int = 32, delay_ms: float = 0.0) -> None:
+        if not labels or len(set(labels)) != len(labels):
+            raise ValueError("fake model needs distinct labels, e.g. fake:billing,technical")
+        self.labels = list(labels)
+        self.batch_size = batch_size
+        self.delay_s = delay_ms / 1000
+        self.name = "fake:" + ",".join(self.labels)
+        self._stems = [re.compile(rf"\b{re.escape(lab[:5].lower())}", re.I) for lab in self.labels]
+
+    @classmethod
+    def from_spec(cls, spec: str, *, batch_size: int = 32) -> KeywordClassifier:
+        """``fake:a,b,c?delay_ms=20`` -> a classifier over labels a, b, c."""
+        body, _, query = spec.removeprefix(PREFIX).partition("?")
+        opts = parse_qs(query)
+        delay = float(opts.get("delay_ms", ["0"])[0])
+        return cls(
+            [lab.strip() for lab in body.split(",") if lab.strip()], batch_size=batch_size, delay_ms=delay
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.name, "dtype": "none", "device": "cpu", "labels": self.labels}
+
+    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+        if any("__exit__" in t for t in texts):
+            os._exit(70)
+        if any("__raise__" in t for t in texts):
+            raise FakeEngineError("fake engine refused a ticket containing __raise__")
+        predictions: list[Prediction] = []
+        stats: list[BatchStats] = []
+        for start in range(0, len(texts), self.batch_size):
+            began = time.perf_counter()
+            chunk = texts[start : start + self.batch_size]
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            predictions += [self._one(t) for t in chunk]
+            lengths = [len(t.split()) + 1 for t in chunk]
+            stats.append(
+                BatchStats(
+                    items=len(chunk),
+                    rows=len(chunk),
+                    real_tokens=sum(lengths),
+                    padded_tokens=max(lengths) * len(chunk),
+                    seconds=time.perf_counter() - began,
+                )
+            )
+        return predictions, stats
+
+    def _one(self, text: str) -> Prediction:
+        hits = [float(len(stem.findall(text))) for stem in self._stems]
+        best = max(range(len(hits)), key=lambda i: (hits[i], -i))
+        exps = [math.exp(h) for h in hits]
+        total = sum(exps)
+        scores = {lab: e / total for lab, e in zip(self.labels, exps, strict=True)}
+        logprobs = {lab: math.log(p) for lab, p in scores.items()}
+        return Prediction(label=self.labels[best], scores=scores, logprobs=logprobs)

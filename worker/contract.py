@@ -1,0 +1,49 @@
+"""The seam between the service and the rest: what it needs from a classifier, and the records it hands
+to the queue. No torch, no Redis.
+
+:class:`worker.engine.Engine` is the classifier a worker runs; tests and tools bring their own doubles
+(``tools/fake.py``). The queue writes :class:`Finished` tickets as results and :class:`Rejected` payloads
+as dead letters, in one transaction (:meth:`worker.queue.RedisQueue.ack`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from producer.protocol import DeadLetter, Result, Ticket
+
+if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
+    from worker.engine.types import BatchStats, Prediction
+
+
+class Classifier(Protocol):
+    """What the service needs from an engine."""
+
+    @property
+    def name(self) -> str: ...  # model name, written to Result.model
+
+    @property
+    def labels(self) -> list[str]: ...
+
+    def describe(self) -> dict[str, Any]: ...  # model, dtype, device (and whatever else helps an operator)
+
+    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]: ...
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A classified ticket, ready to be written."""
+
+    raw: bytes
+    ticket: Ticket
+    result: Result
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A payload to dead-letter."""
+
+    raw: bytes
+    letter: DeadLetter

@@ -1,0 +1,104 @@
+"""Assembling a worker: load the classifier, connect the queue, heartbeat and routes, then serve.
+
+``ticketq-worker run`` goes through :func:`serve`; the demo, the bench and ``tools/fakeworker.py`` reuse
+the same pieces (a fake classifier in place of the engine, or an engine already loaded), so none of them
+imports the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from producer.protocol import Keys
+from worker.contract import Classifier
+from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.service import Service
+
+SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A classifier and the routes its task file asks for (label -> RQ queue, and the job function)."""
+
+    classifier: Classifier
+    routes: Mapping[str, str] = field(default_factory=dict)
+    route_handler: str | None = None
+
+
+def load_classifier(settings: Settings) -> Loaded:
+    """The engine for ``settings.engine``, with its task's routes."""
+    from worker import logs
+    from worker.engine import Engine  # torch is imported here, and only here
+
+    log = logs.get_logger("worker.engine")
+    engine = Engine.load(settings.engine, log=lambda event, **fields: log.info(event, **fields))
+    if engine.head is not None:
+        log.info("head_loaded", **engine.head.summary())
+    return Loaded(engine, dict(engine.task.routes), engine.task.route_handler)
+
+
+def merge_routes(settings: Settings, loaded: Loaded) -> tuple[dict[str, str], str]:
+    """The task file's routes, overridden label by label by ``--route``; the flag's handler wins too."""
+    routes = {**loaded.routes, **dict(settings.routes)}
+    return routes, settings.route_handler or loaded.route_handler or ""
+
+
+def build_service(settings: Settings, loaded: Loaded) -> Service:
+    from worker.heartbeat import Heartbeat
+    from worker.queue import RedisQueue, connect
+    from worker.service import Service
+
+    keys = Keys(settings.prefix)
+    client = connect(settings.redis_url, socket_timeout=SOCKET_TIMEOUT_S)
+    queue = RedisQueue(client, keys, settings.worker_id, max_attempts=settings.max_attempts)
+    # The heartbeat gets its own connection so a long batch or a blocked claim never delays it.
+    beat_queue = RedisQueue(connect(settings.redis_url), keys, settings.worker_id)
+    classifier = loaded.classifier
+    heartbeat = Heartbeat(
+        beat_queue, settings.heartbeat_s, settings.heartbeat_every_s, {"model": classifier.name}
+    )
+    routes, handler = merge_routes(settings, loaded)
+    hook = None
+    if routes:
+        from worker.routing import Router
+
+        hook = Router(client, routes, handler)
+    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook)
+
+
+def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifier) -> int:
+    """Log set-up, load, build, run until stopped; the exit status. A classifier that fails to load or
+    routes without a handler are one clear log line, not a traceback."""
+    from worker import logs
+
+    logs.configure(settings.log_format, settings.log_level)
+    log = logs.get_logger("worker.cli")
+    try:
+        loaded = load(settings)
+    except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback
+        if _is_head_error(exc):
+            log.error("head_refused", error=str(exc))
+            return 2
+        log.error("engine_load_failed", model=settings.engine.model, error=f"{type(exc).__name__}: {exc}")
+        return 1
+    try:
+        service = build_service(settings, loaded)
+    except ValueError as exc:  # e.g. routes without a handler
+        log.error("bad_routes", error=str(exc))
+        return 2
+    service.install_signals()
+    return int(service.run())
+
+
+def _is_head_error(exc: Exception) -> bool:
+    """A head that does not fit the model or task (exit 2, a configuration error). The engine module is
+    only imported if it is already loaded: a fake classifier's failure must not pull torch in."""
+    import sys
+
+    head = sys.modules.get("worker.engine.head")
+    return head is not None and isinstance(exc, head.HeadError)
