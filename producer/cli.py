@@ -1,45 +1,53 @@
-"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters.
+"""``ticketq-producer``: push tickets (JSONL or CSV), wait for and read results, stats, dead letters;
+record corrections (``label``, ``corrections``) and manage published heads (``heads``, ``publish-head``).
 
 Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header that has ``id`` and
-``text`` (other columns are passed through to the result as ``fields``). Every ticket is validated
-before any is pushed, so a bad line fails the command with its line number and pushes nothing.
+``text`` (other columns are passed through to the result as ``fields``), read by :mod:`producer.files`.
+Every ticket is validated before any is pushed, so a bad line fails the command with its line number and
+pushes nothing.
+
+Exit codes: 0 done; 1 ``push --wait`` or ``get`` did not find a result for every ticket; 2 bad input or
+usage; 3 Redis unreachable or refused the credentials; 4 Redis refused a command (ACL permissions, a key
+of the wrong type).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any, TextIO
 
 import redis
 
-from producer.client import Client, encode
+from producer.client import Client, LabelError, encode
+from producer.files import FORMATS, FileError, parse
 from producer.protocol import DEFAULT_PREFIX, BadTicket
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-class InputError(ValueError):
-    """A line of the input that is not a ticket; the message names the line."""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    client = Client.from_url(args.redis_url, args.prefix, socket_connect_timeout=5)
     try:
+        client = Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
         return int(args.func(client, args))
-    except InputError as exc:
+    except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
         return 2
-    except redis.ConnectionError as exc:
-        print(f"ticketq-producer: cannot reach Redis: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a malformed --redis-url, a bad --limit
+        print(f"ticketq-producer: {exc}", file=sys.stderr)
+        return 2
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
+        print(f"ticketq-producer: cannot reach Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 3
+    except redis.ResponseError as exc:
+        print(f"ticketq-producer: Redis refused a command: {exc}", file=sys.stderr)
+        return 4
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,10 +64,16 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("TICKETQ_PREFIX", DEFAULT_PREFIX),
         help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        default=os.environ.get("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes", "on"),
+        help="Redis Cluster (--redis-url names any node; the prefix gets a hash tag) [env TICKETQ_CLUSTER]",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")
-    push.add_argument("--format", choices=("auto", "jsonl", "csv"), default="auto")
+    push.add_argument("--format", choices=FORMATS, default="auto")
     push.add_argument("--wait", action="store_true", help="wait for the results and print them as JSONL")
     push.add_argument("--timeout", type=float, default=60.0, help="seconds to wait with --wait (default 60)")
     push.set_defaults(func=cmd_push)
@@ -72,54 +86,41 @@ def _parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
     dead.add_argument("--limit", type=int, default=20)
     dead.set_defaults(func=cmd_dead)
+    requeue = sub.add_parser(
+        "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
+    )
+    requeue.add_argument("--reason", help="only letters whose reason starts with this (e.g. 'engine error')")
+    requeue.add_argument("--limit", type=int, help="at most this many, oldest first")
+    requeue.add_argument("--id", dest="ticket_id", help="only the letter(s) of this ticket id")
+    requeue.set_defaults(func=cmd_requeue_dead)
+    label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
+    label.add_argument("id", metavar="ID")
+    label.add_argument("label", metavar="LABEL")
+    label.add_argument("--by", default=None, help="who corrected it (default $USER)")
+    label.set_defaults(func=cmd_label)
+    corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
+    corrections.set_defaults(func=cmd_corrections)
+    heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
+    heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    heads.set_defaults(func=cmd_heads)
+    publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
+    publish.add_argument("file", metavar="FILE")
+    publish.add_argument("--by", default=None, help="who published it (default $USER)")
+    publish.set_defaults(func=cmd_publish_head)
     return parser
 
 
 def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict[str, Any]]:
-    """Every ticket in the input, validated; :class:`InputError` names the first bad line."""
-    text = stream.read()
-    if fmt == "auto":
-        fmt = _sniff(text, name)
-    rows = _jsonl(text) if fmt == "jsonl" else _csv(text)
+    """Every ticket in the input (see :mod:`producer.files`), validated by the protocol's own rules;
+    :class:`FileError` names the first bad line."""
     tickets = []
-    for line, row in rows:
+    for line, row in parse(stream.read(), fmt, name):
         try:
             encode(row)
         except BadTicket as exc:
-            raise InputError(f"line {line}: {exc.reason}") from None
+            raise FileError(f"line {line}: {exc.reason}") from None
         tickets.append(row)
     return tickets
-
-
-def _sniff(text: str, name: str) -> str:
-    if name.endswith(".csv"):
-        return "csv"
-    if name.endswith((".jsonl", ".ndjson", ".json")):
-        return "jsonl"
-    return "jsonl" if text.lstrip().startswith("{") else "csv"
-
-
-def _jsonl(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    for line, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise InputError(f"line {line}: not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"line {line}: not a JSON object")
-        yield line, obj
-
-
-def _csv(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(io.StringIO(text))
-    if reader.fieldnames is None or not {"id", "text"} <= set(reader.fieldnames):
-        raise InputError("CSV needs a header with id and text columns")
-    for row in reader:
-        if None in row:
-            raise InputError(f"line {reader.line_num}: more values than header columns")
-        yield reader.line_num, {k: v for k, v in row.items() if v is not None}
 
 
 def cmd_push(client: Client, args: argparse.Namespace) -> int:
@@ -178,4 +179,59 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
 def cmd_dead(client: Client, args: argparse.Namespace) -> int:
     for letter in client.dead(args.limit):
         print(letter.to_json())
+    return 0
+
+
+def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ValueError("--limit must be at least 1")
+    ids = client.requeue_dead(reason=args.reason, limit=args.limit, ticket_id=args.ticket_id)
+    for tid in ids:
+        print(tid)
+    print(f"requeued {len(ids)} dead letters", file=sys.stderr)
+    return 0
+
+
+def cmd_label(client: Client, args: argparse.Namespace) -> int:
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    correction = client.label(args.id, args.label, by=by)
+    was = f" (was {correction.was})" if correction.was is not None else ""
+    print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
+    return 0
+
+
+def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
+    for c in sorted(client.correction_records(), key=lambda c: (c.at, c.id)):
+        print(json.dumps({"id": c.id, **json.loads(c.to_json())}, ensure_ascii=False))
+    return 0
+
+
+def cmd_heads(client: Client, args: argparse.Namespace) -> int:
+    versions = client.head_versions()
+    if args.json:
+        for v in versions:
+            print(v.to_json())
+        return 0
+    if not versions:
+        print("no head published", file=sys.stderr)
+        return 0
+    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  BY")
+    for v in versions:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.at))
+        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or ''}")
+    return 0
+
+
+def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise FileError(f"{args.file}: {exc.strerror}") from None
+    by = args.by if args.by is not None else os.environ.get("USER") or None
+    try:
+        version = client.publish_head(data, by=by)
+    except ValueError as exc:
+        raise FileError(f"{args.file}: {exc}") from None
+    print(f"published {args.file} as head version {version}", file=sys.stderr)
     return 0

@@ -7,15 +7,26 @@ learns about a bad ticket from an exception, not from the dead-letter list.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.client import PubSub
 
+from producer.learning import (
+    HEADS_KEPT,
+    LABEL_SCRIPT,
+    MAX_HEAD_BYTES,
+    PUBLISH_HEAD_SCRIPT,
+    Correction,
+    HeadVersion,
+    label_problem,
+)
 from producer.protocol import (
     DEFAULT_PREFIX,
     VERSION,
@@ -25,12 +36,42 @@ from producer.protocol import (
     Keys,
     Result,
     Ticket,
+    cluster_prefix,
     decode_ticket,
     payload_digest,
 )
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
+
+# Moves dead letters back to the input in one atomic step: a client that dies half-way leaves every
+# letter either still dead or back in the queue, never neither, never both. Only letters whose payload
+# is kept whole as text can be replayed (base64 ones were not UTF-8, truncated ones were oversized:
+# the worker would refuse both again).
+REQUEUE_DEAD = """
+-- KEYS: 1 dead, 2 tickets.  ARGV: 1 reason prefix ('' any), 2 most to move (0: all), 3 ticket id ('' any)
+local letters = redis.call('LRANGE', KEYS[1], 0, -1)
+local limit = tonumber(ARGV[2])
+local moved, ids = 0, {}
+for i = #letters, 1, -1 do  -- oldest first, so replays keep their original order
+  if limit > 0 and moved >= limit then break end
+  local ok, letter = pcall(cjson.decode, letters[i])
+  if ok and type(letter) == 'table' and type(letter.payload) == 'string' and letter.payload_bytes == nil
+    and (ARGV[1] == '' or (type(letter.reason) == 'string'
+                           and string.sub(letter.reason, 1, #ARGV[1]) == ARGV[1]))
+    and (ARGV[3] == '' or letter.id == ARGV[3]) then
+    redis.call('LREM', KEYS[1], 1, letters[i])
+    redis.call('LPUSH', KEYS[2], letter.payload)
+    moved = moved + 1
+    ids[#ids + 1] = type(letter.id) == 'string' and letter.id or ''
+  end
+end
+return ids
+"""
+
+
+class LabelError(ValueError):
+    """A correction that was refused: unknown ticket, its text no longer kept, or a label it cannot have."""
 
 
 @dataclass
@@ -70,15 +111,31 @@ class Stats:
         return sum(w.alive for w in self.workers)
 
 
-def encode(ticket: Ticket | Mapping[str, Any]) -> tuple[bytes, Ticket]:
+def mask_url(url: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged.
+
+    The one masking helper: worker settings and the dashboard both show URLs through it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) -> tuple[bytes, Ticket]:
     """One ticket as the payload a worker will read, and that payload decoded the way the worker will.
 
+    ``stamp`` (unix seconds) is written as ``enqueued_at`` unless the ticket has one already.
     Raises :class:`~producer.protocol.BadTicket` with the worker's own reason."""
     if isinstance(ticket, Ticket):
+        if stamp is not None and ticket.enqueued_at is None:
+            ticket = Ticket(ticket.id, ticket.text, ticket.fields, enqueued_at=stamp)
         raw = ticket.to_json()
     else:
+        extra = {} if stamp is None or "enqueued_at" in ticket else {"enqueued_at": stamp}
         try:
-            raw = json.dumps({"v": VERSION, **ticket}, ensure_ascii=False)
+            raw = json.dumps({"v": VERSION, **ticket, **extra}, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise BadTicket(f"not JSON-serialisable: {exc}") from None
     payload = raw.encode("utf-8", "surrogatepass")
@@ -86,12 +143,37 @@ def encode(ticket: Ticket | Mapping[str, Any]) -> tuple[bytes, Ticket]:
 
 
 class Client:
-    def __init__(self, connection: redis.Redis, prefix: str = DEFAULT_PREFIX) -> None:
+    """``stamp`` (default on): every pushed ticket gets ``enqueued_at``, so results and metrics show
+    how long it waited. A stamped ticket pushed twice is two payloads, so the second is dead-lettered
+    as ``duplicate id`` (the first result stands); a producer that re-pushes to retry and wants the
+    second push taken as a harmless redelivery passes its own ``enqueued_at`` or ``stamp=False``."""
+
+    def __init__(
+        self,
+        connection: redis.Redis,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        cluster: bool = False,
+        stamp: bool = True,
+    ) -> None:
         self.redis = connection
-        self.keys = Keys(prefix)
+        self.keys = Keys(cluster_prefix(prefix) if cluster else prefix)
+        self.stamp = stamp
+        self._requeue_dead = connection.register_script(REQUEUE_DEAD)
+        self._label = connection.register_script(LABEL_SCRIPT)
+        self._publish = connection.register_script(PUBLISH_HEAD_SCRIPT)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = DEFAULT_PREFIX, **kwargs: Any) -> Client:
+    def from_url(
+        cls, url: str, prefix: str = DEFAULT_PREFIX, *, cluster: bool = False, **kwargs: Any
+    ) -> Client:
+        """With ``cluster``, ``url`` names any node of a Redis Cluster, and the prefix gets a hash tag
+        (``ticketq`` -> ``{ticketq}``, as the workers do)."""
+        if cluster:
+            from redis.cluster import RedisCluster
+
+            conn: Any = RedisCluster.from_url(url, **kwargs)
+            return cls(conn, prefix, cluster=True)
         return cls(redis.Redis.from_url(url, **kwargs), prefix)
 
     def push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> list[str]:
@@ -107,12 +189,25 @@ class Client:
         digests = self._push(tickets)
         return self.wait(list(digests), timeout, digests=digests)
 
+    def requeue_dead(
+        self, *, reason: str | None = None, limit: int | None = None, ticket_id: str | None = None
+    ) -> list[str]:
+        """Move dead letters back onto the input, oldest first, in one atomic step; returns their ids
+        ('' for letters without one). ``reason`` matches the start of the letter's reason (``poison``,
+        ``engine error``); ``limit`` caps how many. Letters whose payload was not kept whole are left."""
+        if limit is not None and limit < 1:
+            raise ValueError("limit must be at least 1")
+        args: list[str | int] = [reason or "", limit or 0, ticket_id or ""]
+        moved = self._requeue_dead(keys=[self.keys.dead, self.keys.tickets], args=args)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in moved]
+
     def _push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> dict[str, str]:
         payloads: list[bytes] = []
         digests: dict[str, str] = {}  # id -> digest of its first payload, the one that will win
+        stamp = round(time.time(), 3) if self.stamp else None
         for n, ticket in enumerate(tickets):
             try:
-                payload, decoded = encode(ticket)
+                payload, decoded = encode(ticket, stamp=stamp)
             except BadTicket as exc:
                 raise BadTicket(f"ticket #{n}: {exc.reason}") from None
             payloads.append(payload)
@@ -220,6 +315,80 @@ class Client:
             info = _json_object(beat)
             workers.append(WorkerStats(id=wid, alive=beat is not None, inflight=int(held), info=info))
         return Stats(waiting=int(waiting), done=int(done), dead=int(dead), workers=workers)
+
+    # -- corrections and heads ---------------------------------------------------------------------------
+
+    def label(self, ticket_id: str, label: str, by: str | None = None) -> Correction:
+        """Record the right label of a ticket a worker has labelled (one EVAL of ``LABEL_SCRIPT``).
+
+        Raises :class:`LabelError` when the ticket is unknown, its text is no longer kept, or the label is
+        not one of the task's (as its result's scores name them). Labelling again replaces the correction.
+        """
+        problem = label_problem(ticket_id, label, by)
+        if problem:
+            raise LabelError(problem)
+        keys = [self.keys.results, self.keys.text(ticket_id), self.keys.labels]
+        try:
+            raw = self._label(keys=keys, args=[ticket_id, label, by or ""])
+        except redis.ResponseError as exc:
+            message = str(exc)
+            if message.startswith("TICKETQ "):
+                raise LabelError(message.removeprefix("TICKETQ ")) from None
+            raise
+        return Correction.from_json(ticket_id, raw)
+
+    def correction_records(self) -> Iterator[Correction]:
+        """Every recorded correction (in no particular order); a malformed record is skipped."""
+        for raw_id, raw in self.redis.hscan_iter(self.keys.labels, count=500):
+            tid = raw_id.decode("utf-8", "replace") if isinstance(raw_id, bytes) else str(raw_id)
+            try:
+                yield Correction.from_json(tid, raw)
+            except (ValueError, TypeError):
+                continue
+
+    def corrections(self) -> Iterator[tuple[str, str, str]]:
+        """(ticket id, text, right label) for every recorded correction: what training needs."""
+        for c in self.correction_records():
+            yield c.id, c.text, c.label
+
+    def publish_head(self, data: bytes, *, by: str | None = None) -> str:
+        """Store a head file's bytes as the current head, versioned; returns the new version.
+
+        Workers check the version before every claim and load the new head at their next drain. The
+        bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
+        mismatched head, logs ``head_rejected`` and keeps the one it has.
+        """
+        if not data:
+            raise ValueError("empty head")
+        if len(data) > MAX_HEAD_BYTES:
+            raise ValueError(f"head too large: {len(data)} bytes > {MAX_HEAD_BYTES}")
+        entry: dict[str, Any] = {
+            "at": round(time.time(), 3),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        if by:
+            entry["by"] = by
+        keys = [self.keys.head_seq, self.keys.head, self.keys.heads]
+        out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
+        return out.decode() if isinstance(out, bytes) else str(out)
+
+    def current_head(self) -> tuple[str, bytes] | None:
+        """(version, bytes) of the published head, or ``None`` when none was published."""
+        version, data = self.redis.hmget(self.keys.head, ["version", "data"])
+        if not isinstance(version, bytes) or not isinstance(data, bytes):
+            return None
+        return version.decode(), data
+
+    def head_versions(self) -> list[HeadVersion]:
+        """The publish history, newest first (at most ``HEADS_KEPT``)."""
+        out = []
+        for raw in self.redis.lrange(self.keys.heads, 0, -1):
+            try:
+                out.append(HeadVersion.from_json(raw))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
 
 
 def _json_object(raw: bytes | None) -> dict[str, Any]:

@@ -11,10 +11,13 @@ key                        type    what                                         
 =========================  ======  ===========================================================  ==========
 ``P:tickets``              list    input. Producers LPUSH ticket JSON; workers take the oldest  permanent
                                    (right end) first.
-``P:results``              hash    ticket id -> result JSON (see :class:`Result`).              permanent
-``P:dead``                 list    dead letters: JSON ``{"reason", "payload", "id"?, ...}``     permanent
-                                   (see :class:`DeadLetter`; ``id`` when one could be read);
-                                   newest at the left.
+``P:results``              hash    ticket id -> result JSON (see :class:`Result`).              until trimmed
+``P:done``                 zset    ticket id scored by its result's finish time (unix s):       with its
+                                   workers delete results older than ``--keep-results-s``       result
+                                   oldest first (Redis 6.2 has no per-field hash TTL).
+``P:dead``                 list    dead letters: JSON ``{"reason", "payload", "id"?, ...}``     newest
+                                   (see :class:`DeadLetter`; ``id`` when one could be read);   ``--max-dead``
+                                   newest at the left.                                          kept
 ``P:inflight:<worker>``    list    raw payloads a worker has claimed and not yet acknowledged.  until acked
                                    Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
                                    expires.
@@ -26,6 +29,11 @@ key                        type    what                                         
 ``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason}}`` after transient
                                    each acknowledged batch (``ids`` got results, ``dead`` were
                                    dead-lettered), so clients wait without polling.
+``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
+                                   (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
+``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
+``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
+``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -34,8 +42,10 @@ A ticket is a JSON object (UTF-8)::
 
 ``id`` is a non-empty string (at most 256 characters), ``text`` a non-empty string (after stripping
 white space) of at most ``MAX_TEXT_CHARS`` characters, without control characters other than tab,
-newline and carriage return. ``v`` (optional) is the format version, 1. Every other field is passed
-through to the result under ``fields``. Anything else is dead-lettered with the reason.
+newline and carriage return. ``v`` (optional) is the format version, 1. ``enqueued_at`` (optional) is
+the time the producer pushed it, in unix seconds (a number): results then carry ``queued_s``, the wait
+before a worker claimed it. Every other field is passed through to the result under ``fields``.
+Anything else is dead-lettered with the reason.
 
 Duplicate ids: a ticket whose id already has a result is treated as a redelivery when its payload is
 byte-for-byte the same (the result is rewritten, harmlessly), and dead-lettered with the reason
@@ -46,6 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,6 +101,29 @@ class Keys:
     def events(self) -> str:
         return f"{self.prefix}:events"
 
+    @property
+    def done(self) -> str:
+        return f"{self.prefix}:done"
+
+    @property
+    def labels(self) -> str:
+        return f"{self.prefix}:labels"
+
+    @property
+    def head(self) -> str:
+        return f"{self.prefix}:head"
+
+    @property
+    def heads(self) -> str:
+        return f"{self.prefix}:heads"
+
+    @property
+    def head_seq(self) -> str:
+        return f"{self.prefix}:head:seq"
+
+    def text(self, ticket_id: str) -> str:
+        return f"{self.prefix}:text:{ticket_id}"
+
     def inflight(self, worker_id: str) -> str:
         return f"{self.prefix}:inflight:{worker_id}"
 
@@ -105,14 +139,28 @@ class BadTicket(ValueError):
         self.reason = reason
 
 
+def cluster_prefix(prefix: str) -> str:
+    """The prefix with a Redis Cluster hash tag: ``ticketq`` -> ``{ticketq}``; one that already has a
+    non-empty ``{...}`` is kept. Every key then hashes to one slot, which scripts and MULTI need there."""
+    start = prefix.find("{")
+    end = prefix.find("}", start + 1)
+    if start >= 0 and end > start + 1:
+        return prefix
+    return "{" + prefix + "}"
+
+
 @dataclass(frozen=True)
 class Ticket:
     id: str
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
+    enqueued_at: float | None = None  # unix seconds, stamped by the producer
 
     def to_json(self) -> str:
-        return json.dumps({"id": self.id, "text": self.text, "v": VERSION, **self.fields}, ensure_ascii=False)
+        stamp = {} if self.enqueued_at is None else {"enqueued_at": self.enqueued_at}
+        return json.dumps(
+            {"id": self.id, "text": self.text, "v": VERSION, **stamp, **self.fields}, ensure_ascii=False
+        )
 
 
 def payload_digest(raw: bytes) -> str:
@@ -163,7 +211,21 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     if not body:
         raise BadTicket("empty field: text is empty or white space")
     _check_chars(body, "text", allowed=_ALLOWED_CONTROL)
-    return Ticket(id=ticket_id, text=body, fields=obj)
+    enqueued_at = obj.pop("enqueued_at", None)
+    if enqueued_at is not None and (
+        isinstance(enqueued_at, bool)
+        or not isinstance(enqueued_at, int | float)
+        or not math.isfinite(enqueued_at)
+    ):
+        raise BadTicket(
+            f"wrong type: enqueued_at must be a number (unix seconds), got {_type_name(enqueued_at)}"
+        )
+    return Ticket(
+        id=ticket_id,
+        text=body,
+        fields=obj,
+        enqueued_at=None if enqueued_at is None else float(enqueued_at),
+    )
 
 
 def _check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
@@ -190,22 +252,31 @@ class Result:
     fields: dict[str, Any] = field(default_factory=dict)
     worker: str = ""
     at: float = field(default_factory=time.time)
+    queued_s: float | None = None  # enqueued_at to claim; None when the ticket carried no enqueued_at
+    took_s: float | None = None  # claim to result: decode, classify (the whole drain's passes)
+    # Optional (absent from older results): how the label was decided, "head" or "zero-shot"; with a head,
+    # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
+    method: str | None = None
+    head: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "v": VERSION,
-                "id": self.id,
-                "label": self.label,
-                "scores": self.scores,
-                "model": self.model,
-                "digest": self.digest,
-                "fields": self.fields,
-                "worker": self.worker,
-                "at": round(self.at, 3),
-            },
-            ensure_ascii=False,
-        )
+        out: dict[str, Any] = {
+            "v": VERSION,
+            "id": self.id,
+            "label": self.label,
+            "scores": self.scores,
+            "model": self.model,
+            "digest": self.digest,
+            "fields": self.fields,
+            "worker": self.worker,
+            "at": round(self.at, 3),
+        }
+        if self.queued_s is not None:
+            out["queued_s"] = round(self.queued_s, 3)
+        if self.took_s is not None:
+            out["took_s"] = round(self.took_s, 3)
+        extra = {"method": self.method, "head": self.head}
+        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
@@ -219,6 +290,10 @@ class Result:
             fields=obj.get("fields", {}),
             worker=obj.get("worker", ""),
             at=obj.get("at", 0.0),
+            queued_s=obj.get("queued_s"),
+            took_s=obj.get("took_s"),
+            method=obj.get("method"),
+            head=obj.get("head"),
         )
 
 

@@ -10,9 +10,11 @@ Tiers, by directory (each test is marked by where it lives; markers are register
 Test modules need unique file names across the tiers (the tier folders are not packages; a folder named
 ``redis`` that was one would shadow redis-py).
 
-A missing prerequisite (no Redis, no ``redis-server`` or ``redis-cli``, no Banking77 copy) skips the test
+A missing prerequisite (no Redis, no ``redis-server`` or ``redis-cli``) skips the test
 that needs it, saying why; with ``CI=true`` it fails instead, because CI must run every tier: that one
-rule is ``support.need``, used by every test with a prerequisite.
+rule is ``support.need``, used by every test with a prerequisite. (Optional data outside the checkout, the
+Banking77 copy ``tests/unit/test_data.py`` rebuilds the bundled files from, only skips: a fresh clone in CI
+has none.)
 
 The real server is ``TICKETQ_TEST_REDIS_URL`` (``python -m tools.with_redis`` sets it), else found or
 started the same way that tool does, once per session.

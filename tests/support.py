@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import socket
@@ -33,6 +34,15 @@ def need_binary(name: str) -> None:
     need(shutil.which(name), f"{name} is not installed")
 
 
+def tickets(n: int, start: int = 0) -> list[bytes]:
+    """Payloads ``t<start>``... whose topic words the fake classifier recognises."""
+    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
+    return [
+        json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}).encode()
+        for i in range(start, start + n)
+    ]
+
+
 def wait_for(condition: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll a condition in a test (tests may poll; the code under test may not)."""
     deadline = time.monotonic() + timeout
@@ -56,11 +66,11 @@ class FakeClassifier:
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "dtype": "none", "device": "cpu"}
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Any], list[Any]]:
+    def classify(self, texts: Sequence[str], *, on_pass: Any = None) -> tuple[list[Any], list[Any]]:
         self.calls.append(list(texts))
         if any("boom" in t for t in texts):
             raise RuntimeError("boom in the engine")
-        return self._inner.classify(texts)
+        return self._inner.classify(texts, on_pass=on_pass)
 
 
 class Proxy:

@@ -97,7 +97,19 @@ def main() -> int:
         results = client.get_many(ids)
         dead = conn.llen(keys.dead)
     _report(tickets, results, seconds, int(dead), method)
+    print(dashboard_hint(where))
     return 0 if len(results) + int(dead) == len(ids) else 1
+
+
+def dashboard_hint(where: str) -> str:
+    """How to look at this run in ticketq-dashboard (the results stay only in a Redis that outlives us)."""
+    command = f"ticketq-dashboard --prefix {PREFIX}"
+    if where in ("local", "configured"):  # "configured": it reads the same TICKETQ_REDIS_URL
+        return f"Dashboard: {command}  then open http://127.0.0.1:8400/ (add --token to correct labels)"
+    return (
+        f"Dashboard: this run's Redis ({where}) is gone; with a redis-server on 127.0.0.1:6379 the results "
+        f"stay, then: {command} and open http://127.0.0.1:8400/"
+    )
 
 
 def _progress(url: str, keys: Keys, total: int, finished: threading.Event) -> None:

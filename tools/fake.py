@@ -7,7 +7,8 @@ A label wins when the text mentions it (or a word starting with its first five l
 go to the first label.
 
 Test hooks, recognised in the ticket text: ``__raise__`` makes ``classify`` raise (engine failure
-isolation); ``__exit__`` ends the process at once with status 70 (a poison ticket that kills workers).
+isolation); ``__exit__`` ends the process at once with status 70 (a poison ticket that kills workers);
+``__hang__`` sleeps for an hour (a hung forward pass, for the watchdog).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import math
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+from worker.engine.options import EngineOptions
 from worker.engine.types import BatchStats, Prediction
 
 PREFIX = "fake:"
+_BATCH = EngineOptions().batch_size  # passes are cut as the engine would cut them
 
 
 class FakeEngineError(RuntimeError):
@@ -30,7 +33,7 @@ class FakeEngineError(RuntimeError):
 
 
 class KeywordClassifier:
-    def __init__(self, labels: Sequence[str], *, batch_size: int = 32, delay_ms: float = 0.0) -> None:
+    def __init__(self, labels: Sequence[str], *, batch_size: int = _BATCH, delay_ms: float = 0.0) -> None:
         if not labels or len(set(labels)) != len(labels):
             raise ValueError("fake model needs distinct labels, e.g. fake:billing,technical")
         self.labels = list(labels)
@@ -40,7 +43,7 @@ class KeywordClassifier:
         self._stems = [re.compile(rf"\b{re.escape(lab[:5].lower())}", re.I) for lab in self.labels]
 
     @classmethod
-    def from_spec(cls, spec: str, *, batch_size: int = 32) -> KeywordClassifier:
+    def from_spec(cls, spec: str, *, batch_size: int = _BATCH) -> KeywordClassifier:
         """``fake:a,b,c?delay_ms=20`` -> a classifier over labels a, b, c."""
         body, _, query = spec.removeprefix(PREFIX).partition("?")
         opts = parse_qs(query)
@@ -52,9 +55,13 @@ class KeywordClassifier:
     def describe(self) -> dict[str, Any]:
         return {"model": self.name, "dtype": "none", "device": "cpu", "labels": self.labels}
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]:
         if any("__exit__" in t for t in texts):
             os._exit(70)
+        if any("__hang__" in t for t in texts):
+            time.sleep(3600)
         if any("__raise__" in t for t in texts):
             raise FakeEngineError("fake engine refused a ticket containing __raise__")
         predictions: list[Prediction] = []
@@ -75,6 +82,8 @@ class KeywordClassifier:
                     seconds=time.perf_counter() - began,
                 )
             )
+            if on_pass is not None:
+                on_pass(stats[-1])
         return predictions, stats
 
     def _one(self, text: str) -> Prediction:

@@ -12,6 +12,7 @@ Used by the chaos harness, the fault tests, and :func:`local_redis`: the one way
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 import socket
 import subprocess
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
@@ -211,6 +213,7 @@ def local_redis(
     if embedded:
         from fakeredis import TcpFakeServer
 
+        teach_fakeredis_sha1hex()
         port = free_port()
         fake = TcpFakeServer((HOST, port), server_type="redis")
         threading.Thread(target=fake.serve_forever, daemon=True).start()
@@ -220,3 +223,24 @@ def local_redis(
             fake.shutdown()
         return
     yield None, "no Redis answers and there is no redis-server on PATH"
+
+
+def teach_fakeredis_sha1hex() -> None:
+    """fakeredis's Lua lacks ``redis.sha1hex``, which the claim script uses to single out suspects; give it
+    one (the same SHA-1 as Redis's), here in the tools rather than a fakeredis branch in the runtime's Lua."""
+    from fakeredis.commands_mixins import scripting_mixin
+
+    mixin: Any = scripting_mixin.ScriptingCommandsMixin
+    if getattr(mixin, "_ticketq_sha1hex", False):
+        return
+    runtime_of = mixin._get_server_runtime  # private: fakeredis is pinned below 3 in pyproject.toml
+
+    def with_sha1hex(self: Any, server: Any) -> Any:
+        runtime = runtime_of(self, server)
+        redis_table = runtime.globals().redis
+        if redis_table.sha1hex is None:
+            redis_table.sha1hex = lambda data: hashlib.sha1(bytes(data)).hexdigest().encode()
+        return runtime
+
+    mixin._get_server_runtime = with_sha1hex
+    mixin._ticketq_sha1hex = True

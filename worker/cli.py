@@ -1,4 +1,4 @@
-"""``ticketq-worker``: run the service (the default command), or ``verify``, ``bench``, ``eval``.
+"""``ticketq-worker``: run the service (the default command), or ``check``, ``verify``, ``bench``, ``eval``.
 
 ``ticketq-worker --burst`` means ``ticketq-worker run --burst``. The other commands live in their own
 modules (each with ``add_arguments(parser)`` and ``run(args) -> int``) and are imported only when they
@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker import settings as settings_mod
-from worker.errors import ConfigError
+from worker.errors import EXIT_CONFIG, ConfigError
 
 # command -> module; each module exposes add_arguments(parser) and run(args) -> int
 _COMMANDS = {
+    "check": "worker.check",
     "verify": "worker.verify",
     "bench": "worker.bench.cli",
     "eval": "worker.evaluate",
@@ -30,13 +31,23 @@ _COMMANDS = {
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     available = {name: mod for name, mod in _COMMANDS.items() if _exists(mod)}
-    if not args_in or args_in[0] not in {"run", *available, "-h", "--help"}:
+    # `ticketq-worker --help` shows the run flags (what an operator looks for), naming the other commands
+    if not args_in or args_in[0] not in {"run", *available}:
         args_in.insert(0, "run")
     parser = argparse.ArgumentParser(
         prog="ticketq-worker", description="Classify support tickets from Redis with a small language model."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="classify tickets from Redis until stopped (the default)")
+    others = ", ".join(available)
+    run = sub.add_parser(
+        "run",
+        help="classify tickets from Redis until stopped (the default)",
+        usage="ticketq-worker [run] [flags]",
+        description="Classify tickets from Redis until stopped (the default command). Other commands: "
+        f"{others} (ticketq-worker COMMAND --help). Exit codes: 0 stopped or burst done, 1 model failed "
+        "to load, 2 settings, 3 Redis auth or permissions, 4 a key of the wrong type, 5 --burst gave up "
+        "on Redis, 6 stalled (watchdog), 128+N second signal N.",
+    )
     settings_mod.add_arguments(run)
     run.set_defaults(func=run_service)
     for name, module in available.items():
@@ -52,14 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_service(args: argparse.Namespace) -> int:
+    """Settings, then every check that needs no model (exit 2, before torch is imported), then serve."""
+    from worker import preflight
+
     try:
         settings = settings_mod.from_args(args)
+        preflight.check(settings)
     except ConfigError as exc:
         print(f"ticketq-worker: {exc}", file=sys.stderr)
-        return 2
-    from worker.wiring import serve
+        return EXIT_CONFIG
+    from worker import wiring
 
-    return serve(settings)
+    return wiring.serve(settings)
 
 
 def _exists(module: str) -> bool:

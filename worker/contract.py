@@ -8,9 +8,9 @@ as dead letters, in one transaction (:meth:`worker.queue.RedisQueue.ack`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from producer.protocol import DeadLetter, Result, Ticket
 
@@ -29,7 +29,21 @@ class Classifier(Protocol):
 
     def describe(self) -> dict[str, Any]: ...  # model, dtype, device (and whatever else helps an operator)
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]: ...
+    # ``on_pass`` (optional: a classifier without it still works, its passes are reported when it
+    # returns) is called as each forward pass ends, so logs, metrics and the watchdog see progress
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]: ...
+
+
+@runtime_checkable
+class TakesHeads(Protocol):
+    """A classifier that can switch to a head published in Redis (:mod:`worker.headwatch`); the engine is
+    one, test doubles need not be. ``head`` is the head in use (with ``id`` and ``version``), or None."""
+
+    head: Any
+
+    def load_head(self, data: bytes, version: str) -> None: ...  # raises HeadError, keeping the old head
 
 
 @dataclass(frozen=True)

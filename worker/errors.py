@@ -4,6 +4,13 @@
 - :class:`TransientError`: Redis is unreachable or timed out; wait, reconnect and retry the same step.
   Nothing is lost meanwhile because claimed payloads stay in the worker's in-flight list in Redis.
 - :class:`ConfigError`: bad flags or environment; reported once at start-up, exit code 2.
+- :class:`FatalError`: retrying cannot help (a wrong password, missing ACL permissions, a key of the wrong
+  type): the worker hands back its claims if it can and exits at once with the error's exit code.
+
+Exit codes of ``ticketq-worker`` (documented in README, Operations): 0 done, 1 the model failed to load,
+2 settings, 3 Redis refused our credentials or permissions, 4 a ticketq key holds the wrong type,
+5 ``--burst`` gave up on an unreachable Redis, 6 the watchdog found the loop stalled, 70 a test poison
+ticket (fake model), 128+N stopped by a second signal N.
 """
 
 from __future__ import annotations
@@ -14,7 +21,14 @@ from dataclasses import dataclass
 
 from producer.protocol import BadTicket
 
-__all__ = ["Backoff", "BadTicket", "ConfigError", "TicketqError", "TransientError"]
+__all__ = ["Backoff", "BadTicket", "ConfigError", "FatalError", "TicketqError", "TransientError"]
+
+EXIT_MODEL = 1
+EXIT_CONFIG = 2
+EXIT_AUTH = 3
+EXIT_WRONGTYPE = 4
+EXIT_REDIS_GONE = 5
+EXIT_STALLED = 6
 
 
 class TicketqError(Exception):
@@ -27,6 +41,15 @@ class TransientError(TicketqError):
 
 class ConfigError(TicketqError):
     """Settings that cannot work; raised once, while the settings are validated."""
+
+
+class FatalError(TicketqError):
+    """A Redis answer that no retry will change. ``cause`` is a short name for logs and metrics."""
+
+    def __init__(self, message: str, *, cause: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.cause = cause
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)

@@ -6,33 +6,40 @@ scripts run on Redis Cluster when the prefix carries a hash tag. They need Redis
 
 CLAIM = """
 -- KEYS: 1 tickets, 2 inflight, 3 attempts, 4 workers.
--- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id, 4 byte budget, 5 bytes held.
+-- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id, 4 byte budget, 5 bytes held,
+--       6 '1': the caller holds nothing, so what its list holds is stale.
 -- Register in the same step as the move: a peer may have taken this worker for dead (its heartbeat
 -- lapsed during an outage) and deregistered it; recovery only looks at registered workers.
+-- Returns {stopped, payloads moved, stale payloads handed back}.
 redis.call('SADD', KEYS[4], ARGV[3])
 local moved = {}
 local limit, held = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- The service starts each claim holding nothing, so anything already in its list is stale: an ack lost
+-- in a Redis Cluster failover (the promoted replica never saw it). Hand it back, oldest served next.
+local stale = 0
+if held == 0 and ARGV[6] == '1' then
+  while redis.call('LMOVE', KEYS[2], KEYS[1], 'LEFT', 'RIGHT') do stale = stale + 1 end
+end
 local budget, bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
 while #moved < limit do
   local p = redis.call('LINDEX', KEYS[1], -1)
-  if not p then return {0, moved} end
-  -- (fakeredis, the demo's last-resort server, lacks redis.sha1hex: there suspects are not singled out)
-  if redis.sha1hex ~= nil and redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
+  if not p then return {0, moved, stale} end
+  if redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
     -- a suspect (in flight when a worker died) travels alone, after what was already claimed
     if #moved == 0 and held == 0 then
       redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-      return {1, {p}}
+      return {1, {p}, stale}
     end
-    return {1, moved}
+    return {1, moved, stale}
   end
   -- the byte budget bounds a worker's memory whatever producers push: a payload that would overflow
   -- it waits for the next claim (one larger than the whole budget is claimed alone)
-  if bytes + #p > budget and (#moved > 0 or held > 0) then return {1, moved} end
+  if bytes + #p > budget and (#moved > 0 or held > 0) then return {1, moved, stale} end
   redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   moved[#moved + 1] = p
   bytes = bytes + #p
 end
-return {0, moved}
+return {0, moved, stale}
 """
 
 RECOVER = """
@@ -75,5 +82,23 @@ if ARGV[2] == '1' then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[4], ARGV[1])
 end
+return n
+"""
+
+TRIM = """
+-- KEYS: 1 done, 2 results, 3 dead.  ARGV: 1 cutoff (unix seconds; '' keeps results), 2 most results to
+-- delete, 3 dead letters to keep (0: all).  Redis 6.2 has no per-field hash TTL (HEXPIRE is 7.4), so
+-- P:done orders result ids by finish time and this deletes the oldest, a bounded number per call.
+local n = 0
+if ARGV[1] ~= '' then
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+  n = #ids
+  if n > 0 then
+    redis.call('HDEL', KEYS[2], unpack(ids))
+    redis.call('ZREM', KEYS[1], unpack(ids))
+  end
+end
+local keep = tonumber(ARGV[3])
+if keep > 0 then redis.call('LTRIM', KEYS[3], 0, keep - 1) end
 return n
 """

@@ -17,17 +17,15 @@ hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
 from redis.client import Pipeline
-from redis.retry import Retry
 
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
@@ -38,50 +36,21 @@ from producer.protocol import (
     payload_digest,
     peek_id,
 )
+
+# connect and transient live in worker.connection; re-exported here, where callers have always found them
+from worker.connection import connect, is_cluster, transient
 from worker.contract import Finished, Rejected
 from worker.errors import TransientError
-from worker.lua import CLAIM, RECOVER, REQUEUE_OWN
+from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
 
-P = ParamSpec("P")
-T = TypeVar("T")
+__all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
 
 _WATCH_RETRIES = 64
 # Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while
 # producers pushing huge payloads (refused, but read first) cannot make a worker hold more than this plus
 # one payload. Redis's proto-max-bulk-len bounds that one (see docs/threat-model.md).
 CLAIM_BYTES = 256 * MAX_PAYLOAD_BYTES
-
-
-def connect(url: str, *, socket_timeout: float = 10.0) -> redis.Redis:
-    """A client that fails fast: redis-py's own retries are off because the service backs off itself
-    (logged, interruptible by a stop signal) instead of hanging inside one call."""
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=5.0,
-        retry=Retry(NoBackoff(), 0),
-        health_check_interval=30,
-    )
-
-
-# Failures that go away without the worker doing anything: a lost or slow connection, and a Redis at
-# maxmemory that refuses writes until memory is freed (exiting on that would crash-loop the fleet and
-# count an attempt against every claim each time, turning good tickets into "poison").
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.OutOfMemoryError)
-
-
-def transient(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn the failures in ``_TRANSIENT`` into :class:`TransientError`, the one thing callers retry."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except _TRANSIENT as exc:
-            raise TransientError(f"{type(exc).__name__}: {exc}") from exc
-
-    return wrapper
-
+_TRIM_BATCH = 1000  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
 AckHook = Callable[[Pipeline, Sequence[Finished]], None]
@@ -113,22 +82,34 @@ class RedisQueue:
         *,
         max_attempts: int = 3,
         max_claim_bytes: int = CLAIM_BYTES,
+        keep_results_s: float = 0.0,
+        max_dead: int = 0,
+        keep_text_s: int = 0,
     ) -> None:
         self.redis = client
         self.keys = keys
         self.worker_id = worker_id
         self.max_attempts = max_attempts
         self.max_claim_bytes = max_claim_bytes
+        self.keep_results_s = keep_results_s  # 0: results are kept forever
+        self.max_dead = max_dead  # 0: every dead letter is kept
+        self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
         self._claim = client.register_script(CLAIM)
         self._recover = client.register_script(RECOVER)
         self._requeue = client.register_script(REQUEUE_OWN)
+        self._trim = client.register_script(TRIM)
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
+        self.stale = 0  # payloads the last claim found already in this worker's list and handed back
+        self._holds_nothing = False
+        self.cluster = is_cluster(client)
 
     # -- claim ---------------------------------------------------------------------------------------
 
     @transient
-    def claim(self, n: int, *, block_s: float = 1.0, max_wait_s: float = 0.05) -> list[bytes]:
+    def claim(
+        self, n: int, *, block_s: float = 1.0, max_wait_s: float = 0.05, holds_nothing: bool = False
+    ) -> list[bytes]:
         """Move up to ``n`` payloads, oldest first, into this worker's in-flight list.
 
         Blocks up to ``block_s`` for the first one; then keeps filling for up to ``max_wait_s`` so a
@@ -138,11 +119,14 @@ class RedisQueue:
         A claim whose reply was lost (the connection dropped after the server moved the payloads) left
         them in this worker's in-flight list, unseen; recovery never touches a live worker's list, so
         the next claim hands them back first. Safe because a worker claims only when it holds nothing else.
+        ``holds_nothing`` (the service's case) says so, and payloads found in the in-flight list are
+        handed back too (:attr:`stale` counts them): an ack lost in a cluster failover leaves such.
         """
         if self._claim_unsure:
             self.requeue_own()
             self._claim_unsure = False
         self._claim_unsure = True
+        self._holds_nothing = holds_nothing
         got = self._fill(n, block_s, max_wait_s)
         self._claim_unsure = False
         return got
@@ -176,7 +160,10 @@ class RedisQueue:
     def _claim_now(self, n: int, held: Sequence[bytes]) -> tuple[list[bytes], bool]:
         keys = [self.keys.tickets, self.inflight, self.keys.attempts, self.keys.workers]
         args: list[int | str] = [n, len(held), self.worker_id, self.max_claim_bytes, sum(map(len, held))]
-        stopped, moved = self._claim(keys=keys, args=args)
+        args.append("1" if self._holds_nothing else "0")
+        stopped, moved, stale = self._claim(keys=keys, args=args)
+        if not held:
+            self.stale = int(stale)
         return list(moved), bool(stopped)
 
     def _blmove(self, timeout_s: float) -> bytes | None:
@@ -213,8 +200,10 @@ class RedisQueue:
                     pipe.watch(self.keys.results, self.inflight)
                     report, writes, rejects = self._plan(pipe, finished, rejected)
                     pipe.multi()
-                    self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
+                    event = self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
                     pipe.execute()
+                    if self.cluster:  # a cluster transaction cannot PUBLISH: the wake-up follows it
+                        self.redis.publish(self.keys.events, event)
                     return report
                 except redis.WatchError:
                     continue
@@ -260,11 +249,21 @@ class RedisQueue:
         rejects: Sequence[Rejected],
         released: Sequence[Finished | Rejected],
         hook: AckHook | None,
-    ) -> None:
+    ) -> str:
+        """Queue the ack's writes on ``pipe``; returns the event (published inside, unless on a cluster)."""
         if writes:
             pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
+            # finish times, so results can be deleted oldest first (see trim)
+            pipe.zadd(self.keys.done, {tid: r.at for tid, r in writes.items()})
+        if writes and self.keep_text_s > 0:
+            # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
+            for item in released:
+                if isinstance(item, Finished) and writes.get(item.result.id) is item.result:
+                    pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
+            if self.max_dead:
+                pipe.ltrim(self.keys.dead, 0, self.max_dead - 1)
         for item in released:
             pipe.lrem(self.inflight, 1, _any(item.raw))
         if released:
@@ -272,7 +271,9 @@ class RedisQueue:
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
         event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})
-        pipe.publish(self.keys.events, event.to_json())
+        if not self.cluster:
+            pipe.publish(self.keys.events, event.to_json())
+        return event.to_json()
 
     # -- heartbeat and recovery ------------------------------------------------------------------------
 
@@ -321,6 +322,27 @@ class RedisQueue:
         raise TransientError(f"recovery of {wid} kept conflicting")
 
     @transient
+    def trim(self, now: float | None = None) -> int:
+        """Delete results older than ``keep_results_s`` (at most a thousand a call) and cap the dead
+        letters at ``max_dead``; returns how many results went. Called after every drain and when idle."""
+        if not self.keep_results_s and not self.max_dead:
+            return 0
+        cutoff = "" if not self.keep_results_s else repr((now or time.time()) - self.keep_results_s)
+        keys = [self.keys.done, self.keys.results, self.keys.dead]
+        return int(self._trim(keys=keys, args=[cutoff, _TRIM_BATCH, self.max_dead]))
+
+    def refresh_slots(self) -> None:
+        """Re-read a cluster's slot map after a failure. Plain commands do this inside redis-py, but a
+        transaction's failure does not, and the ack would keep knocking on a dead master."""
+        with contextlib.suppress(redis.RedisError, redis.exceptions.RedisClusterException):
+            self.redis.nodes_manager.initialize()  # type: ignore[attr-defined]
+
+    @transient
+    def drop_heartbeat(self) -> None:
+        """The watchdog's last act: with the key gone, peers recover this worker's claims at once."""
+        self.redis.delete(self.keys.heartbeat(self.worker_id))
+
+    @transient
     def requeue_own(self, *, leave: bool = False) -> int:
         """Hand back everything this worker holds (graceful stop); ``leave`` also deregisters it."""
         keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
@@ -335,6 +357,26 @@ class RedisQueue:
     @transient
     def held(self) -> int:
         return int(self.redis.llen(self.inflight))
+
+    @transient
+    def depth_and_oldest(self) -> tuple[int, float | None]:
+        """Tickets waiting, and the ``enqueued_at`` of the next one served (None: empty or unstamped)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.llen(self.keys.tickets)
+            pipe.lindex(self.keys.tickets, -1)
+            depth, head = pipe.execute()
+        return int(depth), enqueued_at(head)
+
+
+def enqueued_at(raw: bytes | None) -> float | None:
+    """A payload's ``enqueued_at`` when it has a numeric one; never raises (the payload may be junk)."""
+    if not raw or len(raw) > MAX_PAYLOAD_BYTES:
+        return None
+    try:
+        value = json.loads(raw).get("enqueued_at")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _raw(value: bytes | str) -> bytes:

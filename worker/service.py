@@ -8,6 +8,12 @@ Redis outages. Every Redis step is retried with bounded, jittered back-off (logg
 interruptible by a stop signal); a drain that was classified is acked when Redis is back, never
 classified twice by this worker. A stop during an outage exits in bounded time: the in-flight list
 stays in Redis, the heartbeat expires, and a peer's recovery requeues it (counting one attempt).
+With ``--burst`` the worker gives up after ``burst_wait_s`` of outage (exit 5): a batch job must end.
+
+Errors no wait can fix (a wrong password, missing ACL permissions, a ticketq key of the wrong type)
+end the worker at once with one ``fatal`` event and the error's exit code; what it holds is handed
+back first when Redis still takes that command. Progress (each claim, pass and retry) feeds the
+watchdog in :mod:`worker.heartbeat`.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from worker.contract import Classifier
-from worker.errors import Backoff, TransientError
+from worker.engine.types import BatchStats
+from worker.errors import EXIT_REDIS_GONE, Backoff, FatalError, TransientError
+from worker.headwatch import HeadWatch
 from worker.heartbeat import Heartbeat
 from worker.logs import get_logger
+from worker.metrics import Metrics
 from worker.queue import AckHook, AckReport, RedisQueue
 from worker.settings import Settings
 from worker.stage import Outcome, process
@@ -30,6 +39,7 @@ from worker.stage import Outcome, process
 T = TypeVar("T")
 
 _BLOCK_S = 1.0  # longest a claim blocks on an empty input; bounds how fast a stop is noticed
+_GAUGE_EVERY_S = 1.0  # queue depth and oldest-ticket age are read at most this often
 
 
 class HardStop(BaseException):
@@ -45,6 +55,10 @@ class _Abandoned(Exception):
     """A stop was requested while Redis was unreachable: give up on the current step."""
 
 
+class _GaveUp(Exception):
+    """``--burst`` and Redis stayed unreachable past ``burst_wait_s``."""
+
+
 class Service:
     def __init__(
         self,
@@ -55,6 +69,8 @@ class Service:
         heartbeat: Heartbeat | None = None,
         hook: AckHook | None = None,
         backoff: Backoff | None = None,
+        metrics: Metrics | None = None,
+        heads: HeadWatch | None = None,
     ) -> None:
         self.settings = settings
         self.queue = queue
@@ -62,8 +78,12 @@ class Service:
         self.heartbeat = heartbeat
         self.hook = hook
         self.backoff = backoff or Backoff()
+        self.metrics = metrics or Metrics()
+        self.heads = heads  # follows the published head (P:head) between drains
         self.stopping = threading.Event()
         self._signals = 0
+        self._next_gauges = 0.0
+        self._head_seen: object = object()  # nothing seen yet: the first drain (or start) reports
         self._log = get_logger("worker.service")
 
     # -- control ---------------------------------------------------------------------------------------
@@ -87,7 +107,10 @@ class Service:
 
     def run(self) -> int:
         s = self.settings
-        self._log.info("worker_start", **self.classifier.describe(), settings=s.public())
+        described = self.classifier.describe()
+        self.metrics.set_worker_info(self.queue.worker_id, described)
+        self._head_info()
+        self._log.info("worker_start", **described, settings=s.public())
         try:
             self._retry(self._start)
             if self.heartbeat is not None:
@@ -98,6 +121,17 @@ class Service:
                 "exit_during_outage", note="in-flight payloads stay in Redis; recovery requeues them"
             )
             return 0
+        except _GaveUp:
+            self._log.error(
+                "redis_gave_up",
+                waited_s=s.burst_wait_s,
+                note="--burst: Redis unreachable too long; in-flight payloads stay for recovery",
+            )
+            return EXIT_REDIS_GONE
+        except FatalError as exc:
+            self._log.error("fatal", cause=exc.cause, error=str(exc), exit_code=exc.exit_code)
+            self._leave()
+            return exc.exit_code
         except HardStop as stop:
             self._requeue_after_hard_stop()
             return 128 + stop.signum
@@ -106,6 +140,12 @@ class Service:
                 self.heartbeat.stop()
         self._leave()
         return 0
+
+    def _progress(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.progress()
+        else:
+            self.metrics.progress.set(time.time())
 
     def _start(self) -> None:
         """Take back what an earlier process with this id left behind, then requeue dead peers' work."""
@@ -124,12 +164,24 @@ class Service:
         # Burst mode is for draining and tests: notice an empty input quickly.
         block_s = min(_BLOCK_S, 0.1) if s.burst else _BLOCK_S
         while not self.stopping.is_set():
+            self._progress()
             if time.monotonic() >= next_recovery:
                 self._retry(self._recover)
+                self._retry(self.queue.trim)
                 next_recovery = time.monotonic() + s.heartbeat_s
             claimed = self._retry(
-                lambda: self.queue.claim(s.drain, block_s=block_s, max_wait_s=s.max_wait_ms / 1000)
+                lambda: self.queue.claim(
+                    s.drain, block_s=block_s, max_wait_s=s.max_wait_ms / 1000, holds_nothing=True
+                )
             )
+            if self.queue.stale:
+                self._log.warning(
+                    "requeued", worker=self.queue.worker_id, count=self.queue.stale, why="stale"
+                )
+                self.queue.stale = 0
+            self._gauges(len(claimed))
+            if self.heads is not None:  # after the claim: a head published while it blocked labels it
+                self._retry(self.heads.check)
             if not claimed:
                 if s.burst and self._retry(self._input_done):
                     self._log.info("burst_done")
@@ -141,11 +193,70 @@ class Service:
 
     def _drain(self, claimed: list[bytes]) -> None:
         began = time.perf_counter()
-        verdict = process(claimed, self.classifier, self.queue.worker_id)
+        verdict = process(
+            claimed, self.classifier, self.queue.worker_id, on_pass=self._on_pass, claimed_at=time.time()
+        )
         for err in verdict.engine_errors:
             self._log.error("engine_error", error=err)
         report = self._retry(lambda: self.queue.ack(verdict.finished, verdict.rejected, self.hook))
-        self._log_drain(claimed, verdict, report, time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        self._progress()
+        self._record(verdict, report, seconds)
+        self._log_drain(claimed, verdict, report, seconds)
+        self._retry(self.queue.trim)
+
+    def _on_pass(self, b: BatchStats) -> None:
+        """Each forward pass as it ends: the watchdog hears of progress, logs and metrics show it live."""
+        self._progress()
+        self.metrics.observe_pass(b.seconds, b.real_tokens, b.padded_tokens)
+        self._log.info(
+            "batch",
+            items=b.items,
+            rows=b.rows,
+            real_tokens=b.real_tokens,
+            padded_tokens=b.padded_tokens,
+            padding_overhead=round(b.padding_overhead, 4),
+            ms=round(b.seconds * 1000, 2),
+            items_per_s=round(b.items_per_s, 1) if b.seconds > 0 else None,
+        )
+
+    def _record(self, verdict: Outcome, report: AckReport, seconds: float) -> None:
+        labels = [f.result.label for f in report.fresh]  # first results only: redeliveries count apart
+        passes = [(b.seconds, b.real_tokens, b.padded_tokens) for b in verdict.stats]
+        self.metrics.observe_drain(
+            seconds, labels, [d.reason for d in report.dead], len(report.redelivered), passes
+        )
+        for f in verdict.finished:
+            if f.result.queued_s is not None:
+                self.metrics.queue_wait.observe(f.result.queued_s)
+        self.metrics.inflight.set(0)
+        self._head_info()
+
+    def _head_info(self) -> None:
+        """Keep ``ticketq_head_info`` in step with the classifier's head (loaded between drains, maybe)."""
+        head = getattr(self.classifier, "head", None)
+        if head is self._head_seen:
+            return
+        self._head_seen = head
+        self.metrics.set_head_info(
+            head_id=getattr(head, "id", None),
+            version=getattr(head, "version", None),
+            model=self.classifier.name,
+        )
+
+    def _gauges(self, claimed: int) -> None:
+        """Queue-wide gauges, read at most once a second (two cheap reads, pipelined)."""
+        self.metrics.inflight.set(claimed)
+        now = time.monotonic()
+        if now < self._next_gauges:
+            return
+        self._next_gauges = now + _GAUGE_EVERY_S
+        try:
+            depth, oldest = self.queue.depth_and_oldest()
+        except TransientError:
+            return
+        self.metrics.depth.set(depth)
+        self.metrics.oldest_enqueued_at = oldest
 
     def _input_done(self) -> bool:
         """Burst mode's exit test; a last recovery first, so a peer's orphans are not left behind."""
@@ -165,7 +276,7 @@ class Service:
     def _leave(self) -> None:
         try:
             count = self.queue.requeue_own(leave=True)
-        except TransientError as exc:
+        except (TransientError, FatalError) as exc:
             self._log.warning("requeue_failed", error=str(exc), note="recovery requeues them after the TTL")
             return
         if count:
@@ -182,10 +293,17 @@ class Service:
     def _retry(self, step: Callable[[], T]) -> T:
         delays = self.backoff.delays()
         failures = 0
+        first_failure = 0.0
         while True:
             try:
                 out = step()
             except TransientError as exc:
+                self._progress()  # waiting on Redis is not a hang: the watchdog must not fire
+                self.metrics.redis_errors.inc()
+                if not failures:
+                    first_failure = time.monotonic()
+                elif self.settings.burst and time.monotonic() - first_failure >= self.settings.burst_wait_s:
+                    raise _GaveUp from exc
                 failures += 1
                 delay = next(delays)
                 self._log.warning(
@@ -201,17 +319,6 @@ class Service:
     # -- logging ---------------------------------------------------------------------------------------
 
     def _log_drain(self, claimed: list[bytes], verdict: Outcome, report: AckReport, seconds: float) -> None:
-        for b in verdict.stats:
-            self._log.info(
-                "batch",
-                items=b.items,
-                rows=b.rows,
-                real_tokens=b.real_tokens,
-                padded_tokens=b.padded_tokens,
-                padding_overhead=round(b.padding_overhead, 4),
-                ms=round(b.seconds * 1000, 2),
-                items_per_s=round(b.items_per_s, 1) if b.seconds > 0 else None,
-            )
         for letter in report.dead:
             self._log.warning("dead_letter", id=letter.id, reason=letter.reason)
         fields: dict[str, Any] = {
@@ -221,6 +328,9 @@ class Service:
             "redelivered": len(report.redelivered),
             "ms": round(seconds * 1000, 2),
         }
+        waits = [f.result.queued_s for f in verdict.finished if f.result.queued_s is not None]
+        if waits:
+            fields["queued_s_max"] = round(max(waits), 3)
         try:
             fields["queue_depth"] = self.queue.depth()
         except TransientError:

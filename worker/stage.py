@@ -7,15 +7,20 @@ drain, each ticket is retried alone, so one ticket that breaks the engine cannot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
 from worker.contract import Classifier, Finished, Rejected
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
     from worker.engine.types import BatchStats, Prediction
+
+
+OnPass = Callable[["BatchStats"], None]  # called as each forward pass ends (logs, metrics, the watchdog)
 
 
 @dataclass
@@ -41,41 +46,91 @@ def decode_all(
     return good, bad
 
 
-def process(payloads: Sequence[bytes], classifier: Classifier, worker_id: str) -> Outcome:
+def process(
+    payloads: Sequence[bytes],
+    classifier: Classifier,
+    worker_id: str,
+    *,
+    on_pass: OnPass | None = None,
+    claimed_at: float | None = None,
+) -> Outcome:
+    """``claimed_at`` (unix seconds, default now) times each result's ``queued_s`` and ``took_s``."""
+    claimed = time.time() if claimed_at is None else claimed_at
     good, bad = decode_all(payloads, worker_id)
     out = Outcome(rejected=bad)
     if not good:
         return out
+    how = decided_by(classifier)
+
+    def finish(raw: bytes, ticket: Ticket, prediction: Prediction) -> Finished:
+        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, how)
+
     try:
-        predictions, stats = _classify(classifier, [t.text for _, t in good])
+        predictions, stats = _classify(classifier, [t.text for _, t in good], on_pass)
         out.stats += stats
-        out.finished += [
-            _finish(raw, t, p, classifier.name, worker_id)
-            for (raw, t), p in zip(good, predictions, strict=True)
-        ]
+        out.finished += [finish(raw, t, p) for (raw, t), p in zip(good, predictions, strict=True)]
     except Exception as exc:  # any engine failure: fall back to one ticket at a time
         out.engine_errors.append(f"drain of {len(good)}: {_describe(exc)}")
         for raw, ticket in good:
             try:
-                (prediction,), stats = _classify(classifier, [ticket.text])
+                (prediction,), stats = _classify(classifier, [ticket.text], on_pass)
             except Exception as one:
                 reason = f"engine error: {_describe(one)}"
                 out.engine_errors.append(f"{ticket.id}: {_describe(one)}")
                 out.rejected.append(Rejected(raw, DeadLetter(reason, raw, worker=worker_id, id=ticket.id)))
                 continue
             out.stats += stats
-            out.finished.append(_finish(raw, ticket, prediction, classifier.name, worker_id))
+            out.finished.append(finish(raw, ticket, prediction))
     return out
 
 
-def _classify(classifier: Classifier, texts: list[str]) -> tuple[list[Prediction], list[BatchStats]]:
-    predictions, stats = classifier.classify(texts)
+def _classify(
+    classifier: Classifier, texts: list[str], on_pass: OnPass | None
+) -> tuple[list[Prediction], list[BatchStats]]:
+    if on_pass is None:
+        predictions, stats = classifier.classify(texts)
+    elif _takes_on_pass(classifier.classify):
+        predictions, stats = classifier.classify(texts, on_pass=on_pass)
+    else:  # a classifier without the hook: its passes are reported when it returns
+        predictions, stats = classifier.classify(texts)
+        for b in stats:
+            on_pass(b)
     if len(predictions) != len(texts):
         raise RuntimeError(f"engine returned {len(predictions)} predictions for {len(texts)} texts")
     return predictions, stats
 
 
-def _finish(raw: bytes, ticket: Ticket, prediction: Prediction, model: str, worker_id: str) -> Finished:
+def decided_by(classifier: Classifier) -> dict[str, Any]:
+    """The result fields naming how labels are decided: ``method``, and the head (version, else id).
+
+    Read once per drain: a new head is loaded only between drains, so one drain has one head."""
+    if not hasattr(classifier, "head"):
+        return {}
+    head = classifier.head
+    if head is None:
+        return {"method": "zero-shot"}
+    return {"method": "head", "head": head.version or head.id}
+
+
+def _takes_on_pass(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "on_pass" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _finish(
+    raw: bytes,
+    ticket: Ticket,
+    prediction: Prediction,
+    model: str,
+    worker_id: str,
+    claimed_at: float,
+    how: dict[str, Any],
+) -> Finished:
+    now = time.time()
+    queued = None if ticket.enqueued_at is None else max(0.0, claimed_at - ticket.enqueued_at)
     result = Result(
         id=ticket.id,
         label=prediction.label,
@@ -84,6 +139,10 @@ def _finish(raw: bytes, ticket: Ticket, prediction: Prediction, model: str, work
         digest=payload_digest(raw),
         fields=ticket.fields,
         worker=worker_id,
+        at=now,
+        queued_s=queued,
+        took_s=max(0.0, now - claimed_at),
+        **how,
     )
     return Finished(raw, ticket, result)
 

@@ -18,15 +18,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from worker.bench.data import DataError, read_items
+import redis
+
+from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import EngineOptions, add_engine_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tickets", required=True, help="labelled tickets: JSONL or CSV with id,text,label")
-    parser.add_argument("--out", required=True, help="where to write the head (a .safetensors file)")
+    from worker import corrections
+
+    parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
+    parser.add_argument("--out", help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
     add_engine_arguments(parser)
+    corrections.add_arguments(parser)
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -35,13 +40,28 @@ def fail(message: str, code: int = 2) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from worker import corrections
     from worker.engine.task import load_task
     from worker.evaluate import check_labels
 
+    source = args.tickets or ""
     try:
         options = replace(EngineOptions.from_args(args), head="none")  # train with features, not a head
+        if not (args.tickets or args.from_redis):
+            raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
+        if not (args.out or args.publish):
+            raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         task = load_task(options.task)
-        items = read_items(args.tickets)
+        items = read_items(args.tickets) if args.tickets else []
+        if corrections.uses_redis(args):
+            redis_client = corrections.client(args)
+        if args.from_redis:
+            rows = [(it.id, it.text, it.label or "") for it in items]
+            found = corrections.training_set(corrections.read_corrections(redis_client), rows)
+            items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
+            source = f"{found.from_redis} corrections from Redis" + (
+                f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
+            )
         check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
@@ -50,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
             )
     except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
-    out = Path(args.out)
-    if out.is_dir():
+    except redis.RedisError as exc:
+        return fail(f"Redis: {exc}", 1)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
     from worker.engine import Engine
@@ -66,12 +88,19 @@ def run(args: argparse.Namespace) -> int:
     with Progress() as progress:
         head = train_head(engine, [it.text for it in items], labels, seed=args.seed, progress=progress)
     seconds = time.perf_counter() - start
-    try:
-        head.save(out)
-    except OSError as exc:
-        return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
-    print(report(head, engine.describe(), args.tickets, seconds))
-    print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
+    print(report(head, engine.describe(), source, seconds))
+    if out is not None:
+        try:
+            head.save(out)
+        except OSError as exc:
+            return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
+        print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
+    if args.publish:
+        try:
+            version = redis_client.publish_head(head.to_bytes(), by=args.by)
+        except (redis.RedisError, ValueError) as exc:
+            return fail(f"cannot publish the head: {exc}", 1)
+        print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0
 
 

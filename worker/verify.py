@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from worker.bench.data import SAMPLE, read_items
 from worker.engine.options import EngineOptions, add_engine_arguments
 
 DEFAULT_N = 100
-SAMPLE = Path(__file__).resolve().parent / "data" / "sample_tickets.jsonl"
 # float32: the two paths must then agree exactly; in bfloat16 near-ties may flip.
 DEFAULTS = EngineOptions(dtype="float32")
 
@@ -31,14 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser, DEFAULTS)
 
 
-def load_texts(path: str, limit: int) -> list[str]:
-    from producer.cli import read_tickets
-
-    with Path(path).open(encoding="utf-8") as fh:
-        rows = read_tickets(fh, name=path)
-    return [str(r["text"]) for r in rows][:limit]
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -47,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         options = EngineOptions.from_args(args, DEFAULTS)
-    except ValueError as exc:
+        texts = [it.text for it in read_items(args.tickets)][: args.limit]
+    except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
         return 2
-    texts = load_texts(args.tickets, args.limit)
     from worker.engine.head import HeadError
     from worker.evaluate import head_log
 
@@ -61,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     loaded, task = engine.loaded, engine.task
     reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
-    dtype = str(loaded.dtype).removeprefix("torch.")
-    print(f"verify: {len(texts)} tickets, model {loaded.name}, {dtype}, {torch.get_num_threads()} threads")
+    print(
+        f"verify: {len(texts)} tickets, model {loaded.name}, {loaded.dtype_name}, "
+        f"{torch.get_num_threads()} threads"
+    )
 
     start = time.perf_counter()
     ref = torch.tensor([reference.score_one(t) for t in _progress(texts, "reference")])
@@ -135,13 +128,12 @@ def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> 
 
 def compare(labels: list[str], texts: list[str], ref: Any, fast: Any) -> dict[str, Any]:
     """Agreement between two (tickets, labels) log-probability tensors, with every flip's margin."""
-    ref_best = ref.argmax(-1)
-    fast_best = fast.argmax(-1)
-    top2 = ref.topk(2, dim=-1).values
-    margins = (top2[:, 0] - top2[:, 1]).tolist()
+    from worker.engine.decide import decide
+
+    reference, engine = decide(ref), decide(fast)
     flips = [
-        {"text": texts[i][:80], "reference": labels[r], "engine": labels[f], "margin": margins[i]}
-        for i, (r, f) in enumerate(zip(ref_best.tolist(), fast_best.tolist(), strict=True))
+        {"text": texts[i][:80], "reference": labels[r], "engine": labels[f], "margin": reference.margins[i]}
+        for i, (r, f) in enumerate(zip(reference.best, engine.best, strict=True))
         if r != f
     ]
     agree = len(texts) - len(flips)

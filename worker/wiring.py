@@ -11,11 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from producer.protocol import Keys
+from producer.protocol import Keys, cluster_prefix
 from worker.contract import Classifier
+from worker.errors import EXIT_CONFIG, EXIT_MODEL
 from worker.settings import Settings
 
 if TYPE_CHECKING:
+    from worker.metrics import Metrics
     from worker.service import Service
 
 SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
@@ -48,19 +50,35 @@ def merge_routes(settings: Settings, loaded: Loaded) -> tuple[dict[str, str], st
     return routes, settings.route_handler or loaded.route_handler or ""
 
 
-def build_service(settings: Settings, loaded: Loaded) -> Service:
+def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None = None) -> Service:
     from worker.heartbeat import Heartbeat
+    from worker.metrics import Metrics
     from worker.queue import RedisQueue, connect
     from worker.service import Service
 
-    keys = Keys(settings.prefix)
-    client = connect(settings.redis_url, socket_timeout=SOCKET_TIMEOUT_S)
-    queue = RedisQueue(client, keys, settings.worker_id, max_attempts=settings.max_attempts)
-    # The heartbeat gets its own connection so a long batch or a blocked claim never delays it.
-    beat_queue = RedisQueue(connect(settings.redis_url), keys, settings.worker_id)
+    metrics = metrics or Metrics()
+    keys = Keys(cluster_prefix(settings.prefix) if settings.cluster else settings.prefix)
+    client = connect(settings.redis_url, socket_timeout=SOCKET_TIMEOUT_S, cluster=settings.cluster)
+    queue = RedisQueue(
+        client,
+        keys,
+        settings.worker_id,
+        max_attempts=settings.max_attempts,
+        keep_results_s=settings.keep_results_s,
+        max_dead=settings.max_dead,
+        keep_text_s=settings.keep_text_s,
+    )
+    # The heartbeat gets its own connection so a long batch or a blocked claim never delays it; it
+    # beats only while the loop makes progress (the watchdog: see worker.heartbeat).
+    beat_queue = RedisQueue(connect(settings.redis_url, cluster=settings.cluster), keys, settings.worker_id)
     classifier = loaded.classifier
     heartbeat = Heartbeat(
-        beat_queue, settings.heartbeat_s, settings.heartbeat_every_s, {"model": classifier.name}
+        beat_queue,
+        settings.heartbeat_s,
+        settings.heartbeat_every_s,
+        {"model": classifier.name},
+        stall_timeout_s=settings.stall_timeout,
+        on_progress=metrics.progress.set,
     )
     routes, handler = merge_routes(settings, loaded)
     hook = None
@@ -68,16 +86,31 @@ def build_service(settings: Settings, loaded: Loaded) -> Service:
         from worker.routing import Router
 
         hook = Router(client, routes, handler)
-    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook)
+    from worker.headwatch import HeadWatch
+
+    def head_loaded(version: str) -> None:  # stats and the dashboard show which head each worker runs
+        heartbeat.info["head_version"] = version
+
+    heads = HeadWatch(client, keys, classifier, on_loaded=head_loaded)
+    return Service(settings, queue, classifier, heartbeat=heartbeat, hook=hook, metrics=metrics, heads=heads)
 
 
 def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifier) -> int:
     """Log set-up, load, build, run until stopped; the exit status. A classifier that fails to load or
     routes without a handler are one clear log line, not a traceback."""
     from worker import logs
+    from worker.metrics import Metrics
 
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.log_format, settings.log_level, bind={"worker_id": settings.worker_id})
     log = logs.get_logger("worker.cli")
+    metrics = Metrics()
+    if settings.metrics_port is not None:
+        try:  # before the model loads: a scrape during a slow start shows the worker is coming up
+            metrics.serve(settings.metrics_port)
+        except OSError as exc:
+            log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
+            return EXIT_CONFIG
+        log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
     try:
         loaded = load(settings)
     except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback
@@ -85,12 +118,12 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
             log.error("head_refused", error=str(exc))
             return 2
         log.error("engine_load_failed", model=settings.engine.model, error=f"{type(exc).__name__}: {exc}")
-        return 1
+        return EXIT_MODEL
     try:
-        service = build_service(settings, loaded)
+        service = build_service(settings, loaded, metrics=metrics)
     except ValueError as exc:  # e.g. routes without a handler
         log.error("bad_routes", error=str(exc))
-        return 2
+        return EXIT_CONFIG
     service.install_signals()
     return int(service.run())
 

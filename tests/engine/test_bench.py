@@ -9,31 +9,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from tinymodel import build_tiny_llama
 
 from tools.synthetic import generate
 from worker import cli
 from worker.bench.config import BenchOptions
-from worker.bench.modes import ModeResult, NaiveScorer, decide
+from worker.bench.modes import ModeResult, naive_scorer
 from worker.bench.report import agreement
+from worker.engine.decide import decide
 from worker.engine.engine import Engine
-from worker.engine.model import LoadedModel, load_model
+from worker.engine.model import LoadedModel
 from worker.engine.options import EngineOptions
 from worker.engine.reference import ReferenceScorer
 from worker.engine.task import load_task
 
 MODES = ["naive", "per-item", "bucketed", "per-item-cached", "engine", "end-to-end"]
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_dir: Path) -> LoadedModel:
-    return load_model(str(tiny_dir), dtype="float32")
 
 
 def _bench(tiny_dir: Path, redis_url: str, prefix: str, *flags: str) -> int:
@@ -75,6 +65,9 @@ def test_quick_bench_runs_every_mode_and_they_agree(tiny_dir, redis_url, prefix,
     assert by["per-item"]["padding_overhead"] == 0.0  # one ticket per pass pads nothing
     assert by["engine"]["padding_overhead"] < by["bucketed"]["padding_overhead"]
     assert 0 < report["engine_peak_fraction"] < 1
+    assert by["per-item"]["flop_bound"] == 1.0 and by["bucketed"]["flop_bound"] == 1.0
+    assert by["engine"]["flop_bound"] > 1 and by["naive"]["flop_bound"] < 1  # prefix cached; every label
+    assert by["engine"]["of_bound"] > 0 and by["engine"]["gflops"] > 0 and by["engine"]["peak_fraction"] > 0
     assert png.read_bytes().startswith(PNG)
     table = capsys.readouterr().out
     assert "end-to-end" in table and "items/s" in table and "length-stratified sample of 8" in table
@@ -100,12 +93,28 @@ def test_a_prefix_in_use_is_refused_and_left_alone(tiny_dir, redis_url, prefix, 
     assert r.llen(f"{prefix}-e2e0:tickets") == 1
 
 
+def test_the_peer_reports_itself_not_installed(tiny_dir, tmp_path, capsys) -> None:
+    from worker.bench import peer
+
+    if peer.available():
+        pytest.skip("llama-cpp-python is installed here")
+    out = tmp_path / "bench.json"
+    flags = ["--quick", "--baseline-n", "4", "--modes", "per-item,llamacpp", "--json", str(out)]
+    assert _bench(tiny_dir, "redis://unused", "unused", *flags) == 0
+    report = json.loads(out.read_text())
+    assert [m["name"] for m in report["modes"]] == ["per-item"]
+    assert any(n.startswith("llamacpp: not installed") and "GGML_NATIVE=OFF" in n for n in report["notes"])
+    assert "llamacpp: not installed" in capsys.readouterr().out
+
+
 def test_naive_scorer_equals_the_reference(tiny: LoadedModel) -> None:
     engine = Engine(tiny, load_task())
     reference = ReferenceScorer(tiny.model, tiny.tokenizer, engine.task, engine.prompt)
-    naive = NaiveScorer(engine)
+    naive = naive_scorer(engine)  # the reference without its shortcut: every position, whole vocabulary
     for t in generate(4, seed=3):
-        assert (naive.logprobs(t.text) - torch.tensor(reference.score_one(t.text))).abs().max() < 1e-4
+        assert (
+            torch.tensor(naive.score_one(t.text)) - torch.tensor(reference.score_one(t.text))
+        ).abs().max() < 1e-4
     prior, expected = naive.prior(), reference.prior()
     assert prior is not None and expected is not None and (prior - expected).abs().max() < 1e-4
 
@@ -148,6 +157,7 @@ def test_a_disturbed_mode_is_run_again_and_the_quietest_run_kept(monkeypatch) ->
 
 def test_decide_uses_the_calibration_prior() -> None:
     logp = torch.tensor([[-1.0, -1.2, -3.0]])
-    assert decide(["a", "b", "c"], logp)[0] == ["a"]
-    labels, margins = decide(["a", "b", "c"], logp, torch.tensor([0.0, -0.5, 0.0]))
-    assert labels == ["b"] and margins[0] == pytest.approx(0.3)
+    assert decide(logp).labels(["a", "b", "c"]) == ["a"]
+    decision = decide(logp, torch.tensor([0.0, -0.5, 0.0]))
+    assert decision.labels(["a", "b", "c"]) == ["b"] and decision.margins[0] == pytest.approx(0.3)
+    assert decide(torch.tensor([[0.5, 0.5]])).best == [0]  # a tie goes to the first label

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tinymodel import build_tiny_llama
 
 from worker import cli
 from worker.engine.engine import Engine
@@ -27,11 +26,6 @@ ROWS = [
     ("t9", "My account is locked", "account"),
     ("t10", 'Delete my account, "now"', "account"),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _csv(path: Path, rows: list[tuple[str, str, str]]) -> Path:

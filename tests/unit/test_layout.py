@@ -6,6 +6,7 @@ Read from the source (``ast``), not by importing, so the check is fast and needs
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -136,3 +137,18 @@ def test_the_wheel_ships_the_runtime_only(wheel_files: list[str]) -> None:
     assert (
         "worker/data/sample_tickets.jsonl" in wheel_files and "worker/engine/default_task.toml" in wheel_files
     )
+
+
+def test_the_readme_map_names_every_module_and_nothing_else() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("### Map of the code", 1)[1].split("```", 2)[1]
+    names = set(re.findall(r"\w+(?=\.py\b)|(?<=[ ,(])[a-z0-9_]+(?=[,)]|\s|$)", block))
+    missing = []
+    for package in (*RUNTIME, "tools"):
+        for mod, path in _modules(package):
+            stem = path.stem if path.name != "__init__.py" else path.parent.name
+            if stem not in ("__init__", "__main__") and stem not in names and f"{stem}/" not in block:
+                missing.append(mod)
+    assert not missing, f"README's map of the code does not mention {missing}"
+    for ref in re.findall(r"\b([a-z_]+/(?:[a-z_]+/)?[a-z0-9_]+\.py)\b", block):
+        assert any((ROOT / top / ref).exists() for top in ("", "worker", "producer", "tools")), ref

@@ -148,6 +148,18 @@ def test_other_commands_dispatch_to_their_module_and_missing_ones_are_skipped(
     assert cli.main(["bench", "--answer", "7"]) == 7
     with pytest.raises(SystemExit):
         cli.main(["--help"])
-    helptext = capsys.readouterr().out
-    commands = [line.split()[0] for line in helptext.splitlines() if line.startswith("    ")]
-    assert commands == ["run", "bench"]
+    helptext = " ".join(capsys.readouterr().out.split())
+    # --help is the run command's: its flags, and the other commands that are installed
+    assert "--redis-url" in helptext and "--stall-timeout" in helptext
+    assert "Other commands: bench (ticketq-worker COMMAND --help)" in helptext
+
+
+def test_flag_routes_win_over_the_task_files_label_by_label() -> None:
+    from worker.wiring import Loaded, merge_routes
+
+    loaded = Loaded(classifier=None, routes={"spam": "spam-q", "ham": "ham-q"}, route_handler="task.h")  # type: ignore[arg-type]
+    assert merge_routes(parse(["--route", "ham=ham-2"]), loaded) == (
+        {"spam": "spam-q", "ham": "ham-2"},
+        "task.h",
+    )
+    assert merge_routes(parse(["--route-handler", "cli.h"]), loaded)[1] == "cli.h"

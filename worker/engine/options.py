@@ -13,6 +13,8 @@ import argparse
 from dataclasses import dataclass, fields, replace
 
 EMBEDDED = "smollm2"  # the model that ships with ticketq (see worker.engine.model)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,7 @@ class EngineOptions:
     task: str | None = None  # task TOML; None: the built-in support-ticket task
     dtype: str = "auto"
     device: str = "auto"
-    threads: int | None = None  # torch CPU threads; None leaves torch's choice
+    threads: int | None = None  # torch CPU threads; None: worker/engine/threads.py's rule
     batch_size: int = 32  # most tickets in one forward pass
     max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
     max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
@@ -36,6 +38,8 @@ class EngineOptions:
     def problems(self) -> list[str]:
         checks = [
             (bool(self.model), "model: empty"),
+            (self.dtype in DTYPES, f"dtype: one of {', '.join(DTYPES)}"),
+            (_device_ok(self.device), f"device: one of {', '.join(DEVICES)} (or cuda:N)"),
             (self.threads is None or self.threads >= 1, "threads: must be >= 1"),
             (self.batch_size >= 1, "batch-size: must be >= 1"),
             (self.max_batch_tokens >= 64, "max-batch-tokens: must be >= 64"),
@@ -60,11 +64,20 @@ class EngineOptions:
         return out
 
 
+def _device_ok(device: str) -> bool:
+    name, _, index = device.partition(":")
+    return name in DEVICES and (not index or (name == "cuda" and index.isdigit()))
+
+
 # field -> (type, help). The flag is the field's name with dashes: batch_size -> --batch-size.
 FLAGS: dict[str, tuple[type, str]] = {
     "model": (str, "the embedded model's name, a .gguf file, a directory or a Hugging Face id"),
     "task": (str, "task TOML: labels, instructions, examples, routes"),
-    "dtype": (str, "auto, float32, bfloat16, float16"),
+    "dtype": (
+        str,
+        "auto (measured once per machine and model: the fastest that agrees with float32), float32, "
+        "bfloat16, float16, int8 (opt-in: dynamic int8 linear layers, CPU)",
+    ),
     "device": (str, "auto, cpu, cuda, mps"),
     "threads": (int, "torch CPU threads"),
     "batch_size": (int, "most tickets in one forward pass"),
@@ -76,7 +89,7 @@ FLAGS: dict[str, tuple[type, str]] = {
 # What a None default means, for the help text.
 _NONE = {
     "task": "the built-in support-ticket task",
-    "threads": "torch's choice",
+    "threads": "all usable cores up to 4, then 4 or 8 per process (worker/engine/threads.py)",
     "head": "the task's own (the built-in task trains one on first use), else zero-shot",
 }
 

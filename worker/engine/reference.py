@@ -1,9 +1,11 @@
-"""The judge: a deliberately plain, item-by-item scorer.
+"""The reference scorer: deliberately plain, item by item. ``verify``, the equivalence tests and the bench's
+``naive`` mode all score with it.
 
 For each ticket and each label it renders the whole chat prompt as text, tokenizes it as one string,
 appends the label's tokens, runs the full model (full-vocabulary logits, no cache, no batching,
 no packing) and sums the label tokens' log-probabilities over the label vocabulary. Slow on purpose:
-the fast path must agree with it.
+the fast path must agree with it. With ``every_position`` it also drops its one shortcut and computes
+the full-vocabulary log-softmax at every position, as a first version would (the bench's ``naive``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ from .task import CONTENT_FREE, Task
 
 
 class ReferenceScorer:
-    def __init__(self, model: Any, tokenizer: Any, task: Task, prompt: Prompt) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, task: Task, prompt: Prompt, *, every_position: bool = False
+    ) -> None:
         self.model, self.tokenizer, self.task, self.prompt = model, tokenizer, task, prompt
+        self.every_position = every_position
         self.device = next(model.parameters()).device
         self.vocab = sorted({t for ids in prompt.label_ids for t in ids})
         self.body = model.get_decoder()
@@ -46,9 +51,12 @@ class ReferenceScorer:
         scores = []
         for label in self.prompt.label_ids:
             ids = torch.tensor([prompt_ids + list(label[:-1])], device=self.device)
-            # Full-vocabulary logits, for the positions that predict the label's tokens.
-            hidden = self.body(input_ids=ids).last_hidden_state[0, -len(label) :]
+            hidden = self.body(input_ids=ids).last_hidden_state[0]
+            if not self.every_position:  # the one shortcut: only the positions that predict the label
+                hidden = hidden[-len(label) :]
             logits = torch.nn.functional.linear(hidden.float(), self.head_weight, self.head_bias)
+            if self.every_position:  # over the whole vocabulary, everywhere; renormalised below
+                logits = torch.log_softmax(logits, dim=-1)[-len(label) :]
             total = 0.0
             for step, token in enumerate(label):
                 row = logits[step]

@@ -78,21 +78,6 @@ class Task:
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
 
-    def with_routes(self, routes: dict[str, str], handler: str | None) -> Task:
-        """A copy with command-line routes laid over the file's."""
-        return Task(
-            name=self.name,
-            labels=self.labels,
-            instructions=self.instructions,
-            examples=self.examples,
-            question=self.question,
-            calibrate=self.calibrate,
-            routes={**self.routes, **routes},
-            route_handler=handler or self.route_handler,
-            head=self.head,
-            head_data=self.head_data,
-        )
-
 
 def load_task(path: str | Path | None = None) -> Task:
     """Read a task file; ``None`` gives the built-in support-ticket task."""

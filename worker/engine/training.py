@@ -102,7 +102,7 @@ def train_head(
             "cv_confusion": result.cv_confusion,
             "l2": result.l2,
             "seed": seed,
-            "dtype": str(engine.loaded.dtype).removeprefix("torch."),
+            "dtype": engine.loaded.dtype_name,
             "ticketq_version": _version(),
         },
     )
@@ -141,6 +141,8 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
 
     The cache key covers everything the head depends on: the model's weights, the prompt, the data,
     the dtype the features are computed in, the recipe and the ticketq version."""
+    from producer.files import parse
+
     raw = Path(data).read_bytes()
     ident = engine.identity
     recipe = Recipe.default(engine.n_layers)
@@ -149,7 +151,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
         ident.prompt_digest,
         list(ident.labels),
         hashlib.sha256(raw).hexdigest(),
-        str(engine.loaded.dtype),
+        engine.loaded.dtype_name,
         recipe.to_dict(),
         _version(),
     )[:24]
@@ -162,7 +164,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
             return head
         except HeadError:
             pass  # a damaged cache entry: train again and overwrite it
-    rows = _labelled_rows(raw.decode("utf-8-sig"))
+    rows = [row for _, row in parse(raw.decode("utf-8"), name=str(data))]
     start = time.perf_counter()
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
@@ -179,13 +181,3 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
         )
     return head
 
-
-def _labelled_rows(text: str) -> list[dict[str, str]]:
-    """The rows of a task's ``head_data`` file: JSON Lines, or CSV with a text,label header."""
-    import csv
-    import io
-    import json
-
-    if text.lstrip().startswith("{"):
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
-    return list(csv.DictReader(io.StringIO(text)))

@@ -1,0 +1,5 @@
+import sys
+
+from producer.dashboard.cli import main
+
+sys.exit(main())

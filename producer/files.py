@@ -1,0 +1,85 @@
+"""The one reader of ticket files: JSON Lines or CSV, for ``ticketq-producer push`` and for the worker's
+``bench``, ``eval`` and ``verify``. Standard library only.
+
+- Format: the one asked for; else the file's suffix (``.csv``; ``.jsonl``, ``.ndjson``, ``.json``); else the
+  first character (``{``: JSON Lines, anything else: CSV).
+- Encoding: UTF-8; a byte-order mark before the first line (spreadsheets write one before a CSV header) is
+  dropped.
+- JSON Lines: one object per line; blank lines are skipped.
+- CSV: a header row naming at least ``id`` and ``text``; other columns are kept. A row with more values
+  than the header has columns is an error; quoted fields may span lines.
+
+Errors are :class:`FileError`, naming the file (when there is one) and the line. What a row must hold to be
+a ticket is the protocol's business (:func:`producer.client.encode`), not this module's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("auto", "jsonl", "csv")
+Row = tuple[int, dict[str, Any]]  # (line number, the row's fields)
+
+
+class FileError(ValueError):
+    """A ticket file that cannot be read, with the file, the line and the reason."""
+
+
+def read_file(path: str | Path, fmt: str = "auto") -> list[Row]:
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FileError(f"{p}: cannot read: {exc}") from None
+    return parse(text, fmt, str(p))
+
+
+def parse(text: str, fmt: str = "auto", name: str = "") -> list[Row]:
+    """Every row of ``text`` with its line number; ``name`` is for messages and the suffix rule."""
+    text = text.removeprefix("\ufeff")
+    if fmt not in FORMATS:
+        raise FileError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    if fmt == "auto":
+        fmt = _sniff(text, name)
+    where = f"{name}: " if name else ""
+    return _jsonl(text, where) if fmt == "jsonl" else _csv(text, where)
+
+
+def _sniff(text: str, name: str) -> str:
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl"
+    return "jsonl" if text.lstrip().startswith("{") else "csv"
+
+
+def _jsonl(text: str, where: str) -> list[Row]:
+    rows = []
+    for line, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise FileError(f"{where}line {line}: not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise FileError(f"{where}line {line}: not a JSON object")
+        rows.append((line, obj))
+    return rows
+
+
+def _csv(text: str, where: str) -> list[Row]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = sorted({"id", "text"} - set(reader.fieldnames or []))
+    if missing:
+        raise FileError(f"{where}the CSV header needs id and text columns; missing {missing}")
+    rows = []
+    for row in reader:
+        if None in row:
+            raise FileError(f"{where}line {reader.line_num}: more values than header columns")
+        rows.append((reader.line_num, {k: v for k, v in row.items() if v is not None}))
+    return rows

@@ -1,0 +1,36 @@
+-- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels.   ARGV: 1 ticket id, 2 label, 3 by (optional).
+-- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels , T-1 billing alice
+-- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
+local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
+if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
+if not label or label:match('^%s*$') then return redis.error_reply('TICKETQ empty label') end
+if #label > 128 then return redis.error_reply('TICKETQ label too long: over 128 bytes') end
+if label:find('%c') then return redis.error_reply('TICKETQ control character in label') end
+if #by > 256 then return redis.error_reply('TICKETQ by too long: over 256 bytes') end
+if by:find('%c') then return redis.error_reply('TICKETQ control character in by') end
+local text = redis.call('GET', KEYS[2])
+local raw = redis.call('HGET', KEYS[1], id)
+if not text then
+  if raw then return redis.error_reply('TICKETQ no text kept for ticket ' .. id .. ' (expired or not kept)') end
+  return redis.error_reply('TICKETQ unknown ticket ' .. id .. ' (no result and no text)')
+end
+local record = {label = label, text = text}
+if raw then
+  local ok, result = pcall(cjson.decode, raw)
+  if ok and type(result) == 'table' then
+    if type(result.scores) == 'table' and next(result.scores) ~= nil and result.scores[label] == nil then
+      local known = {}
+      for name in pairs(result.scores) do known[#known + 1] = name end
+      table.sort(known)
+      return redis.error_reply('TICKETQ unknown label ' .. label .. ' (labels: ' .. table.concat(known, ', ') .. ')')
+    end
+    if type(result.label) == 'string' then record.was = result.label end
+  end
+end
+local now = redis.call('TIME')
+record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
+if by ~= '' then record.by = by end
+local out = cjson.encode(record)
+redis.call('HSET', KEYS[3], id, out)
+return out

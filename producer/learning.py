@@ -1,0 +1,116 @@
+"""The wire formats of learning from corrections: ``P:labels``, ``P:heads`` and the label script.
+
+The keys are named and documented with all the others in :mod:`producer.protocol`. A correction is
+recorded by :data:`LABEL_SCRIPT` (``producer/label.lua``): one ``EVAL`` from any language, ``KEYS``
+``P:results``, ``P:text:<id>``, ``P:labels`` and ``ARGV`` id, label, by (optional). It refuses an id whose
+text is not kept (unknown, or expired) and, while the result is there, a label that is not one of its
+scores' labels; its errors start with ``TICKETQ``. Standard library only, like the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
+MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
+MAX_BY_BYTES = 256
+HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
+MAX_HEAD_BYTES = 64 * 1024 * 1024
+
+#: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
+#: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
+LABEL_SCRIPT = (Path(__file__).parent / "label.lua").read_text(encoding="utf-8")
+
+# KEYS: 1 P:head:seq, 2 P:head, 3 P:heads.  ARGV: 1 head bytes, 2 history entry JSON without its version,
+# 3 entries kept. The version, the current head and the history change together.
+PUBLISH_HEAD_SCRIPT = """
+local version = tostring(redis.call('INCR', KEYS[1]))
+local entry = cjson.decode(ARGV[2])
+entry.version = version
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'version', version, 'data', ARGV[1], 'at', tostring(entry.at),
+  'sha256', entry.sha256, 'by', entry.by or '')
+redis.call('LPUSH', KEYS[3], cjson.encode(entry))
+redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[3]) - 1)
+return version
+"""
+
+
+@dataclass(frozen=True)
+class Correction:
+    """``P:labels[id]``: the right label of a ticket, as :data:`LABEL_SCRIPT` records it. ``text`` is copied
+    from ``P:text:<id>`` then (so training outlives that TTL); ``was`` is the worker's label, if known."""
+
+    id: str
+    label: str
+    text: str
+    at: float = 0.0
+    by: str | None = None
+    was: str | None = None
+
+    def to_json(self) -> str:
+        out = {
+            "label": self.label,
+            "text": self.text,
+            "at": round(self.at, 3),
+            "by": self.by,
+            "was": self.was,
+        }
+        return json.dumps({k: v for k, v in out.items() if v is not None}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, ticket_id: str, raw: bytes | str) -> Correction:
+        """Raises ``ValueError`` on a record that is not a correction (written by hand, say)."""
+        obj = json.loads(raw)
+        if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ("label", "text")):
+            raise ValueError(f"correction for {ticket_id}: no label or no text")
+        at = obj.get("at")
+        at = float(at) if isinstance(at, (int, float)) else 0.0
+        by, was = opt_str(obj.get("by")), opt_str(obj.get("was"))
+        return cls(ticket_id, obj["label"], obj["text"], at, by, was)
+
+
+@dataclass(frozen=True)
+class HeadVersion:
+    """One entry of ``P:heads``: a published head (its bytes live in ``P:head`` while it is current)."""
+
+    version: str
+    at: float
+    size: int  # bytes; "bytes" on the wire
+    sha256: str
+    by: str | None = None
+
+    def to_json(self) -> str:
+        out = {"version": self.version, "at": round(self.at, 3), "bytes": self.size, "sha256": self.sha256}
+        return json.dumps({**out, "by": self.by} if self.by is not None else out)
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> HeadVersion:
+        obj = json.loads(raw)
+        at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
+        return cls(str(obj["version"]), at, size, sha, opt_str(obj.get("by")))
+
+
+def opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def label_problem(ticket_id: str, label: str, by: str | None) -> str:
+    """The script checks these too (for callers in other languages); checked here first for clear errors."""
+    if not isinstance(ticket_id, str) or not ticket_id.strip():
+        return "empty ticket id"
+    if not isinstance(label, str) or not label.strip():
+        return "empty label"
+    for name, value, most in (("label", label, MAX_LABEL_BYTES), ("by", by or "", MAX_BY_BYTES)):
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            return f"{name}: not valid Unicode (lone surrogate)"
+        if size > most:
+            return f"{name} too long: over {most} bytes"
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+            return f"control character in {name}"
+    return ""

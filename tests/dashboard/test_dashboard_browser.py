@@ -1,0 +1,76 @@
+"""The dashboard in a real headless Chromium: what a person sees and clicks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from dashboard_seed import TOKEN, XSS, Seeded
+
+from producer.protocol import Keys
+
+pytestmark = [pytest.mark.redis, pytest.mark.browser]
+
+
+def test_overview_shows_the_numbers_in_redis(
+    page, live_server: str, seeded: Seeded, r: redis.Redis, keys: Keys
+):
+    page.goto(live_server + "/")
+    assert page.locator("#n-waiting").inner_text() == str(seeded.waiting)
+    assert page.locator("#n-inflight").inner_text() == str(seeded.inflight)
+    assert page.locator("#n-dead").inner_text() == str(seeded.dead)
+    # Live: a ticket pushed now shows up without a reload (htmx polls the fragment).
+    r.lpush(keys.tickets, b'{"id": "late", "text": "one more"}')
+    page.wait_for_function(
+        "n => document.getElementById('n-waiting').textContent.trim() === n", arg=str(seeded.waiting + 1)
+    )
+    # The chart is drawn from the JSON endpoint.
+    page.wait_for_selector("#chart .uplot")
+
+
+def test_ticket_text_renders_as_text(page, live_server: str, seeded: Seeded) -> None:
+    alerts: list[str] = []
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    page.goto(live_server + "/dead")
+    assert XSS in page.locator("#dead").inner_text()
+    page.goto(live_server + "/results")
+    assert page.locator("tr[data-id='T-XSS'] td.text").inner_text() == XSS
+    assert alerts == []
+
+
+def test_actions_refused_without_credentials(page, live_server: str, seeded: Seeded) -> None:
+    page.goto(live_server + "/results")
+    assert page.locator("#mode").inner_text() == "read-only"
+    assert page.locator("button", has_text="Correct").count() == 0
+    status = page.evaluate(
+        """async () => (await fetch('/actions/label', {method: 'POST',
+            body: new URLSearchParams({id: 'T-1', label: 'technical'})})).status"""
+    )
+    assert status == 401
+
+
+def test_sign_in(page, live_server: str, seeded: Seeded) -> None:
+    page.goto(live_server + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button[type=submit]")
+    page.goto(live_server + "/results")
+    assert page.locator("#mode").inner_text() == "can act"
+    assert page.locator("tr[data-id='T-1'] button", has_text="Correct").count() == 1
+
+
+def test_a_correction_made_by_clicking_lands_in_redis(
+    page, live_server: str, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    page.goto(live_server + "/login")
+    page.fill("input[name=token]", TOKEN)
+    page.click("button[type=submit]")
+    page.goto(live_server + "/results")
+    row = page.locator("tr[data-id='T-3']")
+    row.locator("select[name=label]").select_option("technical")
+    row.locator("button", has_text="Correct").click()
+    page.locator("tr[data-id='T-3'] .corrected").wait_for()
+    assert "technical" in page.locator("tr[data-id='T-3'] .corrected").inner_text()
+    stored = r.hget(keys.labels, "T-3")
+    assert stored is not None and json.loads(stored)["label"] == "technical"
+    assert json.loads(stored)["text"] == seeded.texts["T-3"]

@@ -1,0 +1,162 @@
+"""``--dtype auto``: the decision rule on made-up timings, and the measure-once-then-cache flow on the tiny
+model with injected timings (no test here depends on how fast this machine is)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from worker.engine import autodtype
+from worker.engine.autodtype import Decision, Trial, pick
+from worker.engine.engine import Engine
+from worker.engine.model import LoadedModel, ModelError
+from worker.engine.task import Task, load_task
+
+LABELS = ("billing", "technical", "account", "billing")
+
+
+def _trial(dtype: str, seconds: float, labels: tuple[str, ...] = LABELS) -> Trial:
+    return Trial(dtype, seconds, labels)
+
+
+def test_the_fastest_agreeing_dtype_wins() -> None:
+    chosen, reason = pick([_trial("float32", 1.0), _trial("bfloat16", 0.5)])
+    assert chosen == "bfloat16" and "2.00x" in reason
+
+
+def test_float32_stays_when_it_is_faster() -> None:
+    """The case this machine kind shows: a CPU flag says bfloat16, the measurement says float32."""
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 6.0)])[0] == "float32"
+
+
+def test_a_faster_dtype_that_flips_a_label_is_rejected() -> None:
+    flipped = ("billing", "technical", "account", "account")
+    chosen, reason = pick(
+        [_trial("float32", 1.0), _trial("bfloat16", 0.3, flipped), _trial("int8", 0.2, flipped)]
+    )
+    assert chosen == "float32"
+    assert "bfloat16 (75% agreement)" in reason and "int8" in reason
+
+
+def test_within_the_margin_float32_stays() -> None:
+    """Noise on a shared machine must not flip the choice: 5% faster is not faster."""
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 0.95)])[0] == "float32"
+    assert pick([_trial("float32", 1.0), _trial("bfloat16", 0.85)])[0] == "bfloat16"
+
+
+def test_cuda_picks_among_half_precisions() -> None:
+    trials = [_trial("float32", 1.0), _trial("float16", 0.3), _trial("bfloat16", 0.35)]
+    assert pick(trials)[0] == "float16"
+
+
+def test_no_reference_no_decision() -> None:
+    with pytest.raises(ValueError, match="float32"):
+        pick([_trial("bfloat16", 0.5)])
+
+
+def test_decision_round_trips_through_json() -> None:
+    d = Decision("bfloat16", "why", (_trial("float32", 1.0), _trial("bfloat16", 0.5)), {"k": "v"})
+    back = Decision.from_json(json.loads(json.dumps(d.to_json())))
+    assert back.chosen == "bfloat16" and back.trials == d.trials and back.cached
+    fields = d.log_fields()
+    assert fields["dtype_chosen"] == "bfloat16"
+    assert fields["dtype_pass_ms"] == {"float32": 1000.0, "bfloat16": 500.0}
+    assert fields["dtype_agreement"] == {"float32": 1.0, "bfloat16": 1.0}
+
+
+Timer = Callable[[str, Callable[[], torch.Tensor]], tuple[float, torch.Tensor]]
+
+
+def _timer(seconds: dict[str, float], calls: list[str], flip: str | None = None) -> Timer:
+    """Made-up timings; ``flip`` makes that dtype's pass decide every ticket differently."""
+
+    def timer(name: str, run: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
+        calls.append(name)
+        out = run()
+        if name == flip:
+            n = out.shape[-1]
+            out = torch.eye(n)[(out.argmax(-1) + 1) % n] * 1e3  # every label moved one on
+        return seconds[name], out
+
+    return timer
+
+
+def _choose(tiny: LoadedModel, tmp: Path, timer: Timer, **kw):  # type: ignore[no-untyped-def]
+    task = kw.pop("task", load_task())
+    return autodtype.choose(
+        tiny, task, lambda m: Engine(m, task), source="tiny", cache_dir=tmp, timer=timer, **kw
+    )
+
+
+def test_measured_once_then_read_from_the_cache(tiny: LoadedModel, tmp_path: Path) -> None:
+    calls: list[str] = []
+    loaded, first = _choose(tiny, tmp_path, _timer({"float32": 1.0, "bfloat16": 0.4}, calls))
+    assert not first.cached and first.chosen == "bfloat16"
+    assert loaded.dtype == torch.bfloat16 and next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert tiny.dtype == torch.float32 and next(tiny.model.parameters()).dtype == torch.float32  # a copy
+    assert calls == ["float32", "bfloat16"]  # far apart: one timed round
+    [cached_file] = tmp_path.iterdir()
+    assert json.loads(cached_file.read_text())["chosen"] == "bfloat16"
+    calls.clear()
+    again, second = _choose(tiny, tmp_path, _timer({"float32": 1.0, "bfloat16": 0.4}, calls))
+    assert second.cached and second.chosen == "bfloat16" and calls == []
+    assert again.dtype == torch.bfloat16
+
+
+def test_close_timings_get_a_second_round(tiny: LoadedModel, tmp_path: Path) -> None:
+    calls: list[str] = []
+    _, decision = _choose(tiny, tmp_path, _timer({"float32": 1.0, "bfloat16": 0.95}, calls))
+    assert calls == ["float32", "bfloat16", "float32", "bfloat16"]
+    assert decision.chosen == "float32"
+
+
+def test_a_flipping_candidate_is_never_chosen(tiny: LoadedModel, tmp_path: Path) -> None:
+    calls: list[str] = []
+    loaded, decision = _choose(
+        tiny, tmp_path, _timer({"float32": 1.0, "bfloat16": 0.1}, calls, flip="bfloat16")
+    )
+    assert decision.chosen == "float32" and loaded is tiny
+    assert decision.log_fields()["dtype_agreement"]["bfloat16"] == 0.0
+
+
+def test_another_task_or_a_torn_file_measures_again(tiny: LoadedModel, tmp_path: Path) -> None:
+    calls: list[str] = []
+    timer = _timer({"float32": 1.0, "bfloat16": 0.4}, calls)
+    _choose(tiny, tmp_path, timer)
+    [path] = tmp_path.iterdir()
+    path.write_text(path.read_text()[:20])  # torn
+    calls.clear()
+    assert not _choose(tiny, tmp_path, timer)[1].cached and calls
+    other = Task(name="x", labels=("a b", "c"), instructions="Pick.")
+    calls.clear()
+    assert not _choose(tiny, tmp_path, timer, task=other)[1].cached and calls
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_int8_is_measured_only_when_asked_and_held_to_agreement(tiny: LoadedModel, tmp_path: Path) -> None:
+    calls: list[str] = []
+    timer = _timer({"float32": 1.0, "bfloat16": 2.0, "int8": 0.2}, calls, flip="int8")
+    _, decision = _choose(tiny, tmp_path, timer, candidates=("float32", "bfloat16", "int8"))
+    assert "int8" in calls and decision.chosen == "float32"
+    assert "int8" not in autodtype.candidates_for(torch.device("cpu"))
+
+
+def test_auto_measures_from_float32_only(tiny: LoadedModel, tmp_path: Path) -> None:
+    half = autodtype.convert(tiny, "bfloat16")
+    with pytest.raises(ModelError, match="float32"):
+        _choose(half, tmp_path, _timer({}, []))
+
+
+def test_load_measures_only_for_auto(tiny_dir: Path, tmp_path: Path) -> None:
+    task = load_task()
+    loaded, decision = autodtype.load(
+        str(tiny_dir), task, lambda m: Engine(m, task), dtype="float32", cache_dir=tmp_path
+    )
+    assert decision is None and loaded.dtype == torch.float32 and not list(tmp_path.iterdir())
+    loaded, decision = autodtype.load(str(tiny_dir), task, lambda m: Engine(m, task), cache_dir=tmp_path)
+    assert decision is not None and loaded.dtype_name == decision.chosen
+    assert decision.key["model"] == autodtype.model_digest(str(tiny_dir))

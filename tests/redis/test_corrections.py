@@ -1,0 +1,273 @@
+"""Corrections and published heads on a real Redis: the label script (from Python and from redis-cli, as
+any language would call it), the texts workers keep, publishing heads, and a worker following them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+from support import FakeClassifier, finished, need_binary, run_producer_cli
+
+import producer.client as client_mod
+from producer.client import Client, LabelError
+from producer.learning import LABEL_SCRIPT
+from producer.protocol import Keys, Result, Ticket
+from worker.corrections import read_corrections, training_set
+from worker.headwatch import HeadWatch
+from worker.queue import RedisQueue, connect
+from worker.service import Service
+from worker.settings import Settings
+
+LABEL_LUA = Path(__file__).resolve().parents[2] / "producer" / "label.lua"
+
+
+def seen(r: redis.Redis, keys: Keys, tid: str, text: str, label: str = "billing") -> None:
+    """What a worker leaves behind for a ticket it labelled: its result and its kept text."""
+    scores = {"billing": 0.5, "technical": 0.3, "account": 0.2}
+    r.hset(keys.results, tid, Result(tid, label, scores, "m", "d").to_json())
+    r.set(keys.text(tid), text, ex=60)
+
+
+def test_label_records_the_right_label_with_the_text_and_what_the_worker_said(
+    r: redis.Redis, keys: Keys
+) -> None:
+    client = Client(r, keys.prefix)
+    seen(r, keys, "T-1", "I cannot log in — ü")
+    c = client.label("T-1", "account", by="alice")
+    assert (c.id, c.label, c.text, c.by, c.was) == (
+        "T-1",
+        "account",
+        "I cannot log in — ü",
+        "alice",
+        "billing",
+    )
+    assert c.at > 1e9
+    c2 = client.label("T-1", "technical")  # labelling again replaces the correction
+    assert c2.by is None and list(client.corrections()) == [("T-1", "I cannot log in — ü", "technical")]
+    r.delete(keys.text("T-1"))  # the correction carries the text: it outlives P:text:<id>
+    assert list(client.corrections()) == [("T-1", "I cannot log in — ü", "technical")]
+
+
+@pytest.mark.parametrize(
+    ("tid", "label", "error"),
+    [
+        ("nope", "billing", "unknown ticket nope (no result and no text)"),
+        ("T-2", "billing", "no text kept for ticket T-2"),
+        ("T-1", "refunds", "unknown label refunds (labels: account, billing, technical)"),
+        ("T-1", " ", "empty label"),
+        ("T-1", "bill\ning", "control character in label"),
+        ("T-1", "x" * 129, "label too long: over 128 bytes"),
+    ],
+)
+def test_label_refuses_what_cannot_be_trained_on(
+    r: redis.Redis, keys: Keys, tid: str, label: str, error: str
+) -> None:
+    seen(r, keys, "T-1", "hello")
+    seen(r, keys, "T-2", "gone")
+    r.delete(keys.text("T-2"))  # its text expired
+    client = Client(r, keys.prefix)
+    with pytest.raises(LabelError) as info:
+        client.label(tid, label)
+    assert str(info.value).startswith(error)
+    # the script checks the same things for callers in other languages, that skip the Python checks
+    with pytest.raises(redis.ResponseError, match=r"^TICKETQ "):
+        r.eval(LABEL_SCRIPT, 3, keys.results, keys.text(tid), keys.labels, tid, label)
+    assert r.hlen(keys.labels) == 0
+
+
+def test_a_text_without_a_result_can_be_labelled_with_any_label(r: redis.Redis, keys: Keys) -> None:
+    """Results may be trimmed before the text expires: then the task's labels are checked at training."""
+    r.set(keys.text("T-3"), "kept text")
+    c = Client(r, keys.prefix).label("T-3", "whatever")
+    assert c.was is None and c.label == "whatever"
+
+
+def test_one_redis_command_from_any_language(redis_url: str, r: redis.Redis, keys: Keys) -> None:
+    need_binary("redis-cli")
+    seen(r, keys, "T-9", "refund please")
+    cmd = [
+        "redis-cli",
+        "-u",
+        redis_url,
+        "--eval",
+        str(LABEL_LUA),
+        keys.results,
+        keys.text("T-9"),
+        keys.labels,
+    ]
+    out = subprocess.run([*cmd, ",", "T-9", "account", "bob"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["label"] == "account"
+    (c,) = Client(r, keys.prefix).correction_records()
+    assert (c.label, c.by, c.was, c.text) == ("account", "bob", "billing", "refund please")
+    bad = subprocess.run([*cmd, ",", "T-9", "nope"], capture_output=True, text=True)
+    assert "TICKETQ unknown label nope" in bad.stdout + bad.stderr
+
+
+def test_publishing_heads_versions_them_and_bounds_the_history(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_mod, "HEADS_KEPT", 3)
+    client = Client(r, keys.prefix)
+    assert client.current_head() is None and client.head_versions() == []
+    versions = [client.publish_head(f"head {i}".encode(), by="ci") for i in range(5)]
+    assert versions == ["1", "2", "3", "4", "5"]
+    assert client.current_head() == ("5", b"head 4")
+    history = client.head_versions()
+    assert [h.version for h in history] == ["5", "4", "3"] and history[0].by == "ci"
+    assert history[0].size == 6 and len(history[0].sha256) == 64
+    with pytest.raises(ValueError, match="empty head"):
+        client.publish_head(b"")
+
+
+def test_the_ack_keeps_each_labelled_tickets_text_with_a_ttl(r: redis.Redis, keys: Keys) -> None:
+    raw = Ticket("k1", "my card was charged twice").to_json().encode()
+    clash = Ticket("k1", "another text, same id").to_json().encode()
+    r.lpush(keys.tickets, raw, clash)
+    queue = RedisQueue(r, keys, "w1", keep_text_s=100)
+    got = queue.claim(2, max_wait_s=0)
+    queue.ack([finished(p) for p in got], [])
+    assert r.get(keys.text("k1")) == b"my card was charged twice"  # the duplicate did not overwrite it
+    assert 90 < r.ttl(keys.text("k1")) <= 100
+    r.lpush(keys.tickets, Ticket("k2", "no keeping").to_json())
+    off = RedisQueue(r, keys, "w2", keep_text_s=0)
+    off.ack([finished(p) for p in off.claim(1, max_wait_s=0)], [])
+    assert r.exists(keys.text("k2")) == 0 and r.hexists(keys.results, "k2")
+
+
+def test_read_corrections_makes_a_training_set(r: redis.Redis, keys: Keys) -> None:
+    client = Client(r, keys.prefix)
+    for i, label in enumerate(["account", "technical", "account"]):
+        seen(r, keys, f"c{i}", f"text {i}")
+        client.label(f"c{i}", label)
+    rows = [("c1", "old text 1", "billing"), ("f1", "from the file", "billing")]
+    data = training_set(read_corrections(client), rows)
+    assert dict(zip(data.ids, zip(data.texts, data.labels, strict=True), strict=True)) == {
+        "c0": ("text 0", "account"),
+        "c1": ("text 1", "technical"),  # the correction wins over the file's row
+        "c2": ("text 2", "account"),
+        "f1": ("from the file", "billing"),
+    }
+    assert (data.from_redis, data.from_file) == (3, 1)
+
+
+class HeadClassifier(FakeClassifier):
+    """The fake classifier plus the head contract: a "head" is bytes naming the label it always gives."""
+
+    class _Head:
+        def __init__(self, label: str, version: str | None) -> None:
+            self.label, self.version, self.id = label, version, f"id-{label}"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: Any = None
+
+    def load_head(self, data: bytes, version: str) -> None:
+        label = data.decode()
+        if label not in self.labels:
+            raise type("HeadError", (ValueError,), {})(f"head labels do not match the task: {label!r}")
+        self.head = self._Head(label, version)
+
+    def classify(self, texts: Any) -> tuple[list[Any], list[Any]]:
+        predictions, stats = super().classify(texts)
+        if self.head is not None:
+            predictions = [type(p)(self.head.label, p.scores, p.logprobs) for p in predictions]
+        return predictions, stats
+
+
+def test_a_worker_follows_published_heads_and_keeps_its_own_when_one_is_bad(
+    r: redis.Redis, keys: Keys
+) -> None:
+    classifier = HeadClassifier()
+    watch = HeadWatch(r, keys, classifier)
+    client = Client(r, keys.prefix)
+    with capture_logs() as logs:
+        assert watch.check() is False  # nothing published
+        client.publish_head(b"account")
+        assert watch.check() is True and classifier.head.version == "1"
+        assert watch.check() is False  # same version: nothing read, nothing loaded
+        client.publish_head(b"\x00corrupt")
+        assert watch.check() is False and watch.check() is False  # rejected once, not retried
+        assert classifier.head.version == "1"
+        client.publish_head(b"technical")
+        assert watch.check() is True and classifier.head.label == "technical"
+    events = [(e["event"], e["version"]) for e in logs]
+    assert events == [("head_loaded", "1"), ("head_rejected", "2"), ("head_loaded", "3")]
+    assert "head labels do not match" in logs[1]["reason"]
+    with capture_logs() as logs:
+        assert HeadWatch(r, keys, FakeClassifier()).check() is False
+    assert logs[0]["event"] == "head_rejected" and "takes no head" in logs[0]["reason"]
+
+
+@pytest.fixture
+def service(redis_url: str, keys: Keys) -> Iterator[tuple[Service, HeadClassifier]]:
+    settings = Settings(redis_url=redis_url, prefix=keys.prefix, worker_id="w1", max_wait_ms=5)
+    classifier = HeadClassifier()
+    heads = HeadWatch(connect(redis_url), keys, classifier)
+    queue = RedisQueue(connect(redis_url), keys, "w1", keep_text_s=60)
+    svc = Service(settings, queue, classifier, heads=heads)
+    with capture_logs():
+        thread = threading.Thread(target=svc.run)
+        thread.start()
+        yield svc, classifier
+        svc.stop()
+        thread.join(5)
+
+
+def test_a_running_service_switches_heads_between_drains_and_results_name_them(
+    r: redis.Redis, keys: Keys, service: tuple[Service, HeadClassifier]
+) -> None:
+    client = Client(r, keys.prefix)
+    first = client.push_and_wait([{"id": "a1", "text": "billing: refund"}], timeout=10).results["a1"]
+    assert (first.label, first.method, first.head) == ("billing", "zero-shot", None)
+    client.label("a1", "account")
+    client.publish_head(b"account")
+    second = client.push_and_wait([{"id": "a2", "text": "billing: refund"}], timeout=10).results["a2"]
+    assert (second.label, second.method, second.head) == ("account", "head", "1")
+    assert r.get(keys.text("a2")) == b"billing: refund"
+
+
+def test_producer_cli_label_corrections_heads(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("USER", "carol")
+    seen(r, keys, "T-1", "locked out")
+    assert run_producer_cli(redis_url, keys, "label", "T-1", "account") == (
+        0,
+        "",
+        "T-1: account (was billing)\n",
+    )
+    code, out, err = run_producer_cli(redis_url, keys, "label", "T-404", "account")
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == "ticketq-producer: unknown ticket T-404 (no result and no text)\n"
+    code, _, err = run_producer_cli(redis_url, keys, "label", "T-1", "refunds")
+    assert code == 2 and err.count("\n") == 1 and "unknown label refunds" in err
+    code, out, _ = run_producer_cli(redis_url, keys, "corrections")
+    row = json.loads(out)
+    assert code == 0 and (row["id"], row["label"], row["by"], row["text"]) == (
+        "T-1",
+        "account",
+        "carol",
+        "locked out",
+    )
+
+    assert run_producer_cli(redis_url, keys, "heads")[2] == "no head published\n"
+    head = tmp_path / "h.safetensors"
+    head.write_bytes(b"\x01\x02head")
+    code, _, err = run_producer_cli(redis_url, keys, "publish-head", str(head), "--by", "ci")
+    assert code == 0 and "head version 1" in err
+    assert Client(r, keys.prefix).current_head() == ("1", b"\x01\x02head")
+    code, out, _ = run_producer_cli(redis_url, keys, "heads")
+    assert code == 0 and out.splitlines()[1].split()[0] == "1" and out.splitlines()[1].split()[-1] == "ci"
+    code, out, _ = run_producer_cli(redis_url, keys, "heads", "--json")
+    assert json.loads(out)["version"] == "1"
+    code, _, err = run_producer_cli(redis_url, keys, "publish-head", str(tmp_path / "missing"))
+    assert code == 2 and err.startswith("ticketq-producer: ") and err.count("\n") == 1

@@ -1,0 +1,155 @@
+"""Operations against a real Redis: bounded results and dead letters, dead-letter replay, stale claims
+handed back, fatal errors named, and the metrics and timings a drain records."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from support import FakeClassifier, finished
+
+from producer.client import Client
+from producer.protocol import DeadLetter, Keys, Result
+from tools.redis_server import RedisServer
+from worker.contract import Rejected
+from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError
+from worker.metrics import Metrics
+from worker.queue import RedisQueue, connect
+from worker.service import Service
+from worker.settings import Settings
+
+pytestmark = pytest.mark.redis
+
+
+def payload(i: int, text: str = "billing: refund") -> bytes:
+    return json.dumps({"id": f"t{i}", "text": f"{text} {i}"}).encode()
+
+
+def test_results_older_than_the_retention_are_trimmed_and_dead_letters_capped(
+    r: redis.Redis, keys: Keys
+) -> None:
+    q = RedisQueue(r, keys, "w1", keep_results_s=100, max_dead=3)
+    r.lpush(keys.tickets, *[payload(i) for i in range(6)])
+    got = q.claim(10, max_wait_s=0)
+    old = [finished(p) for p in got[:4]]
+    q.ack(old, [Rejected(p, DeadLetter("bad", p)) for p in got[4:]])
+    assert r.zcard(keys.done) == 4 and r.llen(keys.dead) == 2
+    now = time.time()
+    assert q.trim(now) == 0  # nothing is 100 s old yet
+    assert q.trim(now + 101) == 4
+    assert r.hlen(keys.results) == 0 and r.zcard(keys.done) == 0
+    r.lpush(keys.dead, *[b"{}"] * 5)
+    q.trim(now)
+    assert r.llen(keys.dead) == 3  # the newest three
+    forever = RedisQueue(r, keys, "w1", keep_results_s=0, max_dead=0)
+    r.hset(keys.results, "x", "{}")
+    r.zadd(keys.done, {"x": 1.0})
+    assert forever.trim(now + 10**9) == 0 and r.hlen(keys.results) == 1
+
+
+def test_requeue_dead_moves_matching_letters_back_atomically_oldest_first(r: redis.Redis, keys: Keys) -> None:
+    c = Client(r, keys.prefix)
+    letters = [
+        DeadLetter("engine error: boom", payload(1)),
+        DeadLetter("poison: killed 3 workers", payload(2), id="t2"),
+        DeadLetter("engine error: boom", payload(3), id="t3"),
+        DeadLetter("not UTF-8", b"\xff\xfe", id=None),  # kept as base64: cannot be replayed
+        DeadLetter("engine error: boom", payload(4), id="t4"),
+    ]
+    r.lpush(keys.dead, *[d.to_json() for d in letters])  # newest at the left, as workers push
+    assert c.requeue_dead(reason="engine error", limit=2) == ["", "t3"]
+    assert r.lrange(keys.tickets, 0, -1) == [payload(3), payload(1)]  # LPUSHed: payload(1) served first
+    assert c.requeue_dead(ticket_id="t2") == ["t2"]
+    assert c.requeue_dead() == ["t4"]  # the base64 letter stays
+    assert [DeadLetter.from_json(d).reason for d in r.lrange(keys.dead, 0, -1)] == ["not UTF-8"]
+    with pytest.raises(ValueError):
+        c.requeue_dead(limit=0)
+
+
+def test_a_claim_that_holds_nothing_hands_back_stale_payloads(r: redis.Redis, keys: Keys) -> None:
+    """A lost ack (a cluster failover) leaves payloads in a live worker's list: hand them back."""
+    q = RedisQueue(r, keys, "w1")
+    r.lpush(keys.inflight("w1"), payload(1))
+    r.lpush(keys.tickets, payload(2))
+    got = q.claim(10, max_wait_s=0, holds_nothing=True)
+    assert got == [payload(1), payload(2)] and q.stale == 1
+
+
+def test_a_key_of_the_wrong_type_is_fatal_not_transient(r: redis.Redis, keys: Keys) -> None:
+    r.set(keys.tickets, "not a list")
+    q = RedisQueue(r, keys, "w1")
+    with pytest.raises(FatalError) as err:
+        q.claim(10, max_wait_s=0)
+    assert err.value.exit_code == EXIT_WRONGTYPE and "WRONGTYPE" in str(err.value)
+
+
+def test_a_wrong_password_and_missing_permissions_are_fatal(tmp_path: Path) -> None:
+    with RedisServer(tmp_path / "r", password="right") as server:
+        keys = Keys("{auth}")
+        bad = RedisQueue(connect(server.url.replace(":right@", ":wrong@")), keys, "w1")
+        with pytest.raises(FatalError) as err:
+            bad.depth()
+        assert err.value.exit_code == EXIT_AUTH and err.value.cause == "auth"
+        admin = server.client()
+        admin.execute_command("ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read", "+@connection")
+        reader = RedisQueue(connect(f"redis://reader:pw@127.0.0.1:{server.port}/0"), keys, "w1")
+        assert reader.depth() == 0  # reading is allowed
+        with pytest.raises(FatalError) as err:
+            reader.claim(1, block_s=0.1, max_wait_s=0)
+        assert err.value.exit_code == EXIT_AUTH and "NoPermissionError" in str(err.value)
+
+
+def test_a_drain_records_metrics_and_results_carry_queue_and_processing_time(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    c = Client(r, keys.prefix)
+    stamp = time.time() - 5  # as if pushed five seconds ago
+    c.push([{"id": f"t{i}", "text": t, "enqueued_at": stamp} for i, t in enumerate(["billing", "account"])])
+    r.lpush(keys.tickets, b"not json")
+    metrics = Metrics()
+    settings = Settings(burst=True, redis_url=redis_url, prefix=keys.prefix)
+    service = Service(settings, RedisQueue(connect(redis_url), keys, "w1"), FakeClassifier(), metrics=metrics)
+    assert service.run() == 0
+    result = Result.from_json(r.hget(keys.results, "t0") or b"")
+    assert result.queued_s is not None and 5 <= result.queued_s < 30
+    assert result.took_s is not None and 0 <= result.took_s < 5
+    text = metrics.render().decode()
+    assert 'ticketq_tickets_total{outcome="labelled"} 2.0' in text
+    assert 'ticketq_tickets_total{outcome="dead"} 1.0' in text
+    assert 'ticketq_labels_total{label="billing"} 1.0' in text
+    assert "ticketq_queue_wait_seconds_count 2.0" in text
+    assert r.zcard(keys.done) == 2
+
+
+def test_burst_gives_up_on_an_unreachable_redis_after_the_wait(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "gone")  # never started: nothing listens on its port
+    settings = Settings(burst=True, redis_url=server.url, burst_wait_s=0.5)
+    service = Service(settings, RedisQueue(connect(server.url), Keys("{x}"), "w1"), FakeClassifier())
+    began = time.monotonic()
+    done: list[int] = []
+    t = threading.Thread(target=lambda: done.append(service.run()), daemon=True)
+    t.start()
+    t.join(15)
+    assert done == [5] and time.monotonic() - began < 10
+
+
+def test_the_producer_cli_replays_dead_letters_and_names_its_failures(
+    redis_url: str, r: redis.Redis, keys: Keys, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from producer import cli
+
+    base = ["--redis-url", redis_url, "--prefix", keys.prefix]
+    r.lpush(keys.dead, *[DeadLetter("engine error: x", payload(i), id=f"t{i}").to_json() for i in range(3)])
+    assert cli.main([*base, "requeue-dead", "--reason", "engine", "--limit", "2"]) == 0
+    assert capsys.readouterr().out.split() == ["t0", "t1"]  # oldest first (t0 was dead-lettered first)
+    assert r.llen(keys.tickets) == 2 and r.llen(keys.dead) == 1
+    Client(r, keys.prefix).push([{"id": "s", "text": "stamped"}])
+    assert json.loads(r.lindex(keys.tickets, 0) or b"{}")["enqueued_at"] > time.time() - 60
+    r.delete(keys.dead)
+    r.set(keys.dead, "not a list")
+    assert cli.main([*base, "dead"]) == 4
+    assert "WRONGTYPE" in capsys.readouterr().err

@@ -1,0 +1,41 @@
+"""producer/files.py: the one reader of ticket files, for ticketq-producer and for bench, eval and verify."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from producer.cli import read_tickets
+from producer.files import FileError, parse, read_file
+from worker.bench.data import read_items
+
+
+def test_the_format_is_asked_for_else_told_by_the_suffix_else_by_the_first_character() -> None:
+    jsonl, csv = '{"id": "a", "text": "hi"}\n', "id,text\na,hi\n"
+    assert parse(jsonl) == [(1, {"id": "a", "text": "hi"})]
+    assert parse(csv) == [(2, {"id": "a", "text": "hi"})]
+    assert parse(jsonl, name="t.txt") == [(1, {"id": "a", "text": "hi"})]
+    with pytest.raises(FileError, match=r"t\.csv: the CSV header needs id and text"):
+        parse(jsonl, name="t.csv")
+    with pytest.raises(FileError, match="line 1: not JSON"):
+        parse(csv, fmt="jsonl")
+
+
+def test_a_spreadsheets_byte_order_mark_is_dropped_for_every_reader(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes('\ufeffid,text,label\nx,"one, two",billing\n'.encode())
+    assert read_file(path) == [(2, {"id": "x", "text": "one, two", "label": "billing"})]
+    assert [(it.id, it.label) for it in read_items(path)] == [("x", "billing")]
+    with path.open(encoding="utf-8", newline="") as fh:
+        assert read_tickets(fh, name=str(path)) == [{"id": "x", "text": "one, two", "label": "billing"}]
+
+
+def test_rows_that_do_not_fit_name_their_line() -> None:
+    with pytest.raises(FileError, match="line 3: more values than header columns"):
+        parse("id,text\na,b\nc,d,e\n")
+    with pytest.raises(FileError, match="line 2: not a JSON object"):
+        parse('{"id": "a", "text": "b"}\n[1]\n')
+    with pytest.raises(FileError, match="line 2: empty field"):
+        read_tickets(io.StringIO('{"id": "a", "text": "ok"}\n{"id": "b", "text": ""}\n'))

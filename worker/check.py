@@ -1,0 +1,75 @@
+"""Healthcheck: exit 0 when a worker of this host (or ``--worker-id``) is alive and making progress, else 1.
+
+Alive means its heartbeat key exists. The heartbeat thread renews that key only while the worker loop
+makes progress (see :mod:`worker.heartbeat`), so a worker hung in a forward pass fails this check
+within its heartbeat TTL, not just a dead one. No keyspace scan: the ids come from ``P:workers`` (a
+set, one per live or recently dead worker) and their heartbeats are read in one pipeline.
+
+For docker-compose: ``healthcheck: test: ["CMD", "ticketq-worker", "check"]`` (each container has its
+own host name, which the default worker id starts with).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+
+from producer.protocol import DEFAULT_PREFIX, Keys, cluster_prefix
+from worker.settings import DEFAULT_REDIS_URL, mask_url
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--redis-url", default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL))
+    parser.add_argument("--prefix", default=env("TICKETQ_PREFIX", DEFAULT_PREFIX))
+    parser.add_argument(
+        "--cluster", action="store_true", default=env("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes")
+    )
+    parser.add_argument(
+        "--worker-id",
+        default=env("TICKETQ_WORKER_ID"),
+        help="the worker to check (default: any worker whose heartbeat names this host)",
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="Redis socket timeout in seconds")
+
+
+def run(args: argparse.Namespace) -> int:
+    import redis
+
+    from worker.queue import connect
+
+    keys = Keys(cluster_prefix(args.prefix) if args.cluster else args.prefix)
+    client = connect(args.redis_url, socket_timeout=args.timeout, cluster=args.cluster)
+    host = socket.gethostname()
+    try:
+        if args.worker_id:
+            ids = [args.worker_id]
+        else:
+            ids = sorted(
+                m.decode() if isinstance(m, bytes) else str(m) for m in client.smembers(keys.workers)
+            )
+        with client.pipeline(transaction=False) as pipe:
+            for wid in ids:
+                pipe.get(keys.heartbeat(wid))
+            beats = pipe.execute() if ids else []
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        print(f"unhealthy: Redis at {mask_url(args.redis_url)}: {type(exc).__name__}: {exc}")
+        return 1
+    alive = []
+    for wid, beat in zip(ids, beats, strict=True):
+        if beat is None:
+            continue
+        try:
+            info = json.loads(beat)
+        except ValueError:
+            info = {}
+        if args.worker_id or info.get("host") == host:
+            alive.append(f"{wid} (progress {info.get('progress_age_s', '?')} s ago)")
+    if not alive:
+        who = args.worker_id or f"host {host}"
+        print(f"unhealthy: no live heartbeat for {who} under {keys.prefix}")
+        return 1
+    print("healthy: " + ", ".join(alive))
+    return 0

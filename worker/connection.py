@@ -1,0 +1,113 @@
+"""Connections to Redis (plain or Cluster) and what their failures mean for the worker.
+
+:func:`connect` builds a client that fails fast (the service backs off itself, logged and interruptible).
+:func:`transient` sorts redis-py's exceptions: those that go away by waiting become
+:class:`~worker.errors.TransientError` (retried), those no wait can fix become
+:class:`~worker.errors.FatalError` with the worker's exit code (a wrong password, missing ACL
+permissions: 3; a key of the wrong type: 4).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError, TransientError
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def connect(url: str, *, socket_timeout: float = 10.0, cluster: bool = False) -> redis.Redis:
+    """A client that fails fast: redis-py's own retries are off because the service backs off itself
+    (logged, interruptible by a stop signal) instead of hanging inside one call.
+
+    With ``cluster``, a :class:`redis.cluster.RedisCluster` seeded from ``url`` (any node). It follows
+    MOVED/ASK redirects and refreshes its slot map after a failover; its own retries are kept small,
+    and what still fails reaches the service's back-off as a :class:`TransientError`. It offers the
+    calls the queue makes (scripts, transactions with WATCH on one slot, blocking moves, pub/sub), so
+    the rest of the code takes it as a ``redis.Redis``.
+    """
+    if cluster:
+        from redis.cluster import RedisCluster
+
+        client: Any = RedisCluster.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=5.0,
+            retry=Retry(NoBackoff(), 1),
+        )
+        return client
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=30,
+    )
+
+
+# Failures that go away without the worker doing anything: a lost or slow connection, a Redis at
+# maxmemory that refuses writes until memory is freed (exiting on that would crash-loop the fleet and
+# count an attempt against every claim each time, turning good tickets into "poison"), and a Redis
+# Cluster in the middle of a failover (slots uncovered, a replica not yet promoted, TRYAGAIN).
+_TRANSIENT = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
+# ...and failures that never go away by waiting: AuthenticationError is a ConnectionError to redis-py,
+# so these are checked first. A wrong password retried forever looked like an outage in the logs.
+_AUTH = (redis.AuthenticationError, redis.exceptions.AuthorizationError, redis.exceptions.NoPermissionError)
+
+
+def fatal_from(exc: BaseException) -> FatalError | None:
+    """The :class:`FatalError` a Redis exception amounts to, or ``None`` when it is not fatal."""
+    if isinstance(exc, _AUTH):
+        return FatalError(
+            f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=EXIT_AUTH
+        )
+    if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        return FatalError(
+            f"a ticketq key holds the wrong type (another program writes under this prefix?): {exc}",
+            cause="wrongtype",
+            exit_code=EXIT_WRONGTYPE,
+        )
+    return None
+
+
+def transient(fn: Callable[P, T]) -> Callable[P, T]:
+    """Turn the failures in ``_TRANSIENT`` into :class:`TransientError`, the one thing callers retry,
+    and those no retry can fix into :class:`FatalError`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            fatal = fatal_from(exc)
+            if fatal is not None:
+                raise fatal from exc
+            if isinstance(exc, _TRANSIENT):
+                refresh = getattr(args[0], "refresh_slots", None) if args else None
+                if refresh is not None and getattr(args[0], "cluster", False):
+                    refresh()
+                raise TransientError(f"{type(exc).__name__}: {exc}") from exc
+            raise
+
+    return wrapper
+
+
+def is_cluster(client: Any) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)

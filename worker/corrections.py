@@ -1,0 +1,107 @@
+"""Training data from corrections, and publishing the head trained on them: ``train --from-redis --publish``.
+
+Corrections are what people and services recorded with ``ticketq-producer label`` (``P:labels``). Each
+carries the ticket's text, copied when the label was set, so training does not depend on the TTL of
+``P:text:<id>``. ``--tickets FILE`` adds labelled rows; an id in both keeps the correction, the newer
+and human word. ``--publish`` stores the head in ``P:head``, versioned; every running worker loads it
+at its next drain (:mod:`worker.headwatch`). No torch here: data plumbing, testable with Redis alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from producer.client import Client
+from producer.learning import Correction
+from producer.protocol import DEFAULT_PREFIX
+from worker.settings import DEFAULT_REDIS_URL
+
+
+class CorrectionsError(ValueError):
+    """Training data that cannot make a head; the message is one line, for the CLI (exit 2)."""
+
+
+@dataclass
+class TrainingSet:
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    from_redis: int = 0  # corrections used
+    from_file: int = 0  # file rows used (a row whose id was corrected is replaced, not counted)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(self.labels).items()))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Redis side of ``ticketq-worker train``: where corrections come from and heads go to."""
+    env = os.environ.get
+    group = parser.add_argument_group("corrections and publishing (Redis)")
+    group.add_argument(
+        "--from-redis",
+        action="store_true",
+        help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
+    )
+    group.add_argument(
+        "--publish",
+        action="store_true",
+        help="publish the head in Redis: every running worker loads it at its next drain, no restart",
+    )
+    group.add_argument(
+        "--redis-url",
+        default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
+        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
+    )
+    group.add_argument(
+        "--prefix",
+        default=env("TICKETQ_PREFIX", DEFAULT_PREFIX),
+        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
+    )
+    group.add_argument(
+        "--cluster",
+        action="store_true",
+        default=env("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes"),
+        help="Redis Cluster [env TICKETQ_CLUSTER=1]",
+    )
+    group.add_argument("--by", default=env("USER"), help="who published the head (default $USER)")
+
+
+def uses_redis(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "from_redis", False) or getattr(args, "publish", False))
+
+
+def client(args: argparse.Namespace) -> Client:
+    return Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
+
+
+def read_corrections(source: Client) -> list[Correction]:
+    """Every correction in ``P:labels``, oldest first (a stable order makes training reproducible)."""
+    return sorted(source.correction_records(), key=lambda c: (c.at, c.id))
+
+
+def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:
+    """File ``rows`` (id, text, label) then the corrections; a correction replaces the row with its id.
+
+    The labels are checked against the task by the trainer (``check_training_labels``), not here."""
+    by_id: dict[str, tuple[str, str, bool]] = {tid: (text, label, False) for tid, text, label in rows}
+    for c in corrections:
+        by_id[c.id] = (c.text, c.label, True)
+    out = TrainingSet()
+    for tid, (text, label, corrected) in by_id.items():
+        out.ids.append(tid)
+        out.texts.append(text)
+        out.labels.append(label)
+        if corrected:
+            out.from_redis += 1
+        else:
+            out.from_file += 1
+    if not out.texts:
+        raise CorrectionsError("no training data: no corrections in Redis and no --tickets rows")
+    return out
