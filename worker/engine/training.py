@@ -180,4 +180,3 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
             path=str(path),
         )
     return head
-
