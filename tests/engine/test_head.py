@@ -285,3 +285,29 @@ def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
     assert modes["head"]["tickets"] == modes["engine"]["tickets"] == 48
     notes = " ".join(modes["head"]["notes"])
     assert "zero-shot speed, same run" in notes and "accuracy against the tickets' labels" in notes
+
+
+@pytest.mark.redis
+def test_train_from_redis_corrections_and_publish(
+    tiny_dir: Path, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Corrections in P:labels (as label.lua writes them) -> train -> a published head a worker can load."""
+    import redis
+
+    from producer.client import Client
+    from producer.learning import Correction
+    from producer.protocol import Keys
+    from worker.cli import main
+
+    texts, labels = labelled(4)
+    r = redis.Redis.from_url(redis_url)
+    for i, (t, lab) in enumerate(zip(texts, labels, strict=True)):
+        r.hset(Keys(prefix).labels, f"c{i}", Correction(f"c{i}", lab, t, at=float(i)).to_json())
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    assert main(["train", *flags, "--from-redis", "--publish"]) == 0
+    assert "12 corrections from Redis" in capsys.readouterr().out
+    current = Client(r, prefix).current_head()
+    assert current is not None
+    version, data = current
+    published = Head.from_bytes(data, version=version)
+    assert published.training["n"] == 12 and published.name == version
