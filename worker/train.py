@@ -7,6 +7,12 @@ The tickets (JSONL or CSV with id,text,label, as ``eval`` reads) run through the
 pass; a logistic regression over its hidden states is fitted with the L2 penalty chosen by stratified
 k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
 file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
+
+    ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
+
+``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
+a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
+running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
 """
 
 from __future__ import annotations
