@@ -62,7 +62,11 @@ def main() -> int:
             conn.delete(*stale)
         # A smaller drain than the service's default, so the progress bar moves in visible steps.
         settings = Settings(redis_url=url, prefix=PREFIX, burst=True, log_format="console", drain=64)
-        print("Loading the embedded model (the first run converts it once, ~15 s)...", flush=True)
+        print(
+            "Loading the embedded model and its head (the first run converts the model, ~15 s, and trains "
+            "the built-in head from worker/data/head_train.csv, about a minute; both are cached)...",
+            flush=True,
+        )
         start = time.perf_counter()
         loaded = load_classifier(settings)
         info = loaded.classifier.describe()
@@ -70,6 +74,11 @@ def main() -> int:
             f"Model: {info['model']} ({info['dtype']}, {info['device']}, {info.get('threads')} threads), "
             f"ready in {time.perf_counter() - start:.1f} s"
         )
+        head = info.get("head")
+        method = (
+            f"trained head {head['id']} (cross-validated {head['cv_accuracy']:.1%})" if head else "zero-shot"
+        )
+        print(f"Labels by: {method}")
         client = Client(conn, PREFIX)
         # Pushed one by one in the order a stream would arrive; the worker drains them in bulk.
         ids = client.push([{k: v for k, v in t.items() if k != "label"} for t in tickets])
@@ -87,7 +96,7 @@ def main() -> int:
         bar.join()
         results = client.get_many(ids)
         dead = conn.llen(keys.dead)
-    _report(tickets, results, seconds, int(dead))
+    _report(tickets, results, seconds, int(dead), method)
     print(dashboard_hint(where))
     return 0 if len(results) + int(dead) == len(ids) else 1
 
@@ -114,7 +123,9 @@ def _progress(url: str, keys: Keys, total: int, finished: threading.Event) -> No
         bar.update(total - bar.n)
 
 
-def _report(tickets: list[dict[str, Any]], results: dict[str, Result], seconds: float, dead: int) -> None:
+def _report(
+    tickets: list[dict[str, Any]], results: dict[str, Result], seconds: float, dead: int, method: str
+) -> None:
     print()
     print(f"{'ticket':<62} {'label':<10} {'conf':>5}  {'expected':<10}")
     print("-" * 92)
@@ -134,7 +145,10 @@ def _report(tickets: list[dict[str, Any]], results: dict[str, Result], seconds: 
     rate = len(results) / seconds
     print(f"{len(results)} results, {dead} dead letters in {seconds:.1f} s: {rate:.1f} tickets/s")
     if labelled:
-        print(f"agreement with the sample's labels: {right}/{len(labelled)} ({right / len(labelled):.0%})")
+        print(
+            f"accuracy against the sample's labels: {right}/{len(labelled)} ({right / len(labelled):.0%}), "
+            f"labels by {method}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ _COMMANDS = {
     "verify": "worker.verify",
     "bench": "worker.bench.cli",
     "eval": "worker.evaluate",
+    "train": "worker.train",
 }
 
 

@@ -94,20 +94,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 2
     from worker.engine import Engine
+    from worker.engine.head import HeadError
     from worker.engine.model import ModelError
 
     try:
-        engine = Engine.load(options)
+        engine = Engine.load(options, log=head_log("eval"))
+    except HeadError as exc:
+        print(f"ticketq-worker eval: {exc}", file=sys.stderr)
+        return 2
     except ModelError as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 1
+    truth = [it.label or "" for it in items]
     predicted, seconds = _classify(engine, items)
-    scores = score(task.labels, [it.label or "" for it in items], predicted)
+    scores = score(task.labels, truth, predicted)
     info = engine.describe()
-    print(table(scores, info, args.tickets, seconds))
+    zero_shot = None
+    if engine.head is not None:  # the same tickets without the head, for the side-by-side line
+        head = engine.head
+        engine.use_head(None)
+        zs_predicted, zs_seconds = _classify(engine, items)
+        engine.use_head(head)
+        zero_shot = (score(task.labels, truth, zs_predicted), zs_seconds)
+    print(table(scores, info, args.tickets, seconds, zero_shot))
     if args.json:
-        Path(args.json).write_text(json.dumps(to_json(scores, info, args.tickets, seconds), indent=2) + "\n")
+        out = to_json(scores, info, args.tickets, seconds, zero_shot)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+def head_log(command: str) -> Any:
+    """Tell the operator, on stderr, when the task's head is being trained (first use) or read from cache."""
+
+    def log(event: str, **fields: Any) -> None:
+        if event == "head_training":
+            print(
+                f"ticketq-worker {command}: training the task's head from {fields['data']} "
+                f"({fields['tickets']} tickets; first use with this model, then cached)",
+                file=sys.stderr,
+            )
+
+    return log
 
 
 def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
@@ -138,14 +165,33 @@ def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float]:
     return predicted, seconds
 
 
-def table(scores: Scores, info: dict[str, Any], source: str, seconds: float) -> str:
+def table(
+    scores: Scores,
+    info: dict[str, Any],
+    source: str,
+    seconds: float,
+    zero_shot: tuple[Scores, float] | None = None,
+) -> str:
     width = max(12, *(len(lab) + 2 for lab in scores.labels))
     n = scores.n
+    head = info.get("head")
+    method = f"head {head['id']}" if head else "zero-shot"
     lines = [
         f"model: {info['model']} ({info['dtype']}, {info['threads']} threads); task: {info['task']}",
         f"tickets: {source} ({n})",
         f"accuracy: {scores.accuracy:.1%} ({scores.correct}/{n}), "
-        f"at {n / seconds:.1f} items/s ({seconds:.1f} s)",
+        f"at {n / seconds:.1f} items/s ({seconds:.1f} s); labels by {method}",
+    ]
+    if zero_shot is not None:
+        zs, zs_s = zero_shot
+        lines += [
+            "",
+            f"{'method':<20}{'accuracy':>20}{'items/s':>10}",
+            f"{'zero-shot':<20}{f'{zs.accuracy:.1%} ({zs.correct}/{n})':>20}{n / zs_s:>10.1f}",
+            f"{method:<20}{f'{scores.accuracy:.1%} ({scores.correct}/{n})':>20}{n / seconds:>10.1f}"
+            f"   ({zs_s / seconds:.1f}x the zero-shot speed, same run)",
+        ]
+    lines += [
         "",
         "confusion matrix (rows: true label, columns: predicted)",
         " " * width + "".join(f"{lab:>{width}}" for lab in scores.labels),
@@ -160,8 +206,14 @@ def table(scores: Scores, info: dict[str, Any], source: str, seconds: float) -> 
     return "\n".join(lines)
 
 
-def to_json(scores: Scores, info: dict[str, Any], source: str, seconds: float) -> dict[str, Any]:
-    return {
+def to_json(
+    scores: Scores,
+    info: dict[str, Any],
+    source: str,
+    seconds: float,
+    zero_shot: tuple[Scores, float] | None = None,
+) -> dict[str, Any]:
+    out = {
         "model": info["model"],
         "dtype": info["dtype"],
         "threads": info["threads"],
@@ -178,7 +230,19 @@ def to_json(scores: Scores, info: dict[str, Any], source: str, seconds: float) -
             lab: {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(c).items()}
             for lab, c in scores.per_class.items()
         },
+        "method": info.get("method", "zero-shot"),
+        "head": info.get("head"),
     }
+    if zero_shot is not None:
+        zs, zs_s = zero_shot
+        out["zero_shot"] = {
+            "accuracy": round(zs.accuracy, 4),
+            "correct": zs.correct,
+            "seconds": round(zs_s, 3),
+            "items_per_s": round(zs.n / zs_s, 2) if zs_s > 0 else None,
+            "confusion": zs.confusion,
+        }
+    return out
 
 
 def _pct(x: float | None) -> str:

@@ -41,7 +41,7 @@ def _labels(settings: Settings) -> tuple[str, ...]:
     engine = settings.engine
     _check_model(engine.model)
     head = getattr(engine, "head", None)
-    if head and not Path(head).expanduser().is_file():
+    if head and head.strip().lower() != "none" and not Path(head).expanduser().is_file():  # none: zero-shot
         raise ConfigError(f"head: no such file: {head}")
     from worker.engine.task import TaskError, load_task  # tomllib only, no torch
 

@@ -60,10 +60,9 @@ def process(
     out = Outcome(rejected=bad)
     if not good:
         return out
-    how = decided_by(classifier)
 
     def finish(raw: bytes, ticket: Ticket, prediction: Prediction) -> Finished:
-        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, how)
+        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed)
 
     try:
         predictions, stats = _classify(classifier, [t.text for _, t in good], on_pass)
@@ -100,18 +99,6 @@ def _classify(
     return predictions, stats
 
 
-def decided_by(classifier: Classifier) -> dict[str, Any]:
-    """The result fields naming how labels are decided: ``method``, and the head (version, else id).
-
-    Read once per drain: a new head is loaded only between drains, so one drain has one head."""
-    if not hasattr(classifier, "head"):
-        return {}
-    head = classifier.head
-    if head is None:
-        return {"method": "zero-shot"}
-    return {"method": "head", "head": head.version or head.id}
-
-
 def _takes_on_pass(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -127,7 +114,6 @@ def _finish(
     model: str,
     worker_id: str,
     claimed_at: float,
-    how: dict[str, Any],
 ) -> Finished:
     now = time.time()
     queued = None if ticket.enqueued_at is None else max(0.0, claimed_at - ticket.enqueued_at)
@@ -142,7 +128,9 @@ def _finish(
         at=now,
         queued_s=queued,
         took_s=max(0.0, now - claimed_at),
-        **how,
+        # how the label was decided, and by which head (its published version, else its id)
+        method=getattr(prediction, "method", None),
+        head=getattr(prediction, "head", None),
     )
     return Finished(raw, ticket, result)
 

@@ -42,7 +42,14 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
         return 2
-    engine = Engine.load(options)
+    from worker.engine.head import HeadError
+    from worker.evaluate import head_log
+
+    try:
+        engine = Engine.load(options, log=head_log("verify"))
+    except HeadError as exc:
+        print(f"ticketq-worker verify: {exc}", file=sys.stderr)
+        return 2
     loaded, task = engine.loaded, engine.task
     reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
     print(
@@ -73,14 +80,50 @@ def run(args: argparse.Namespace) -> int:
             f"engine {flip['engine']}"
         )
     exact = loaded.dtype == torch.float32
-    if exact and report["flips"]:
-        print("FAIL: labels differ in float32", file=sys.stderr)
-        return 1
-    if exact and report["max_diff"] > 1e-4:
-        print("FAIL: log-probabilities differ by more than 1e-4 in float32", file=sys.stderr)
+    failed = _failed(report, exact, 1e-4, "log-probabilities")
+    if engine.head is not None:
+        failed |= _verify_head(engine, reference, texts, exact)
+    if failed:
         return 1
     print("OK" if exact else "reported (bfloat16: near-ties may flip)")
     return 0
+
+
+def _failed(report: dict[str, Any], exact: bool, tolerance: float, what: str) -> bool:
+    if exact and report["flips"]:
+        print(f"FAIL: labels differ in float32 ({what})", file=sys.stderr)
+        return True
+    if exact and report["max_diff"] > tolerance:
+        print(f"FAIL: {what} differ by more than {tolerance:g} in float32", file=sys.stderr)
+        return True
+    return False
+
+
+def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> bool:
+    """The head's decisions from the engine's feature pass (packed, cached, stopped early) against the
+    same head on features computed the plain way (whole prompt, full model, one ticket at a time)."""
+    import torch
+
+    head = engine.head
+    recipe = head.recipe
+    start = time.perf_counter()
+    plain = torch.stack(
+        [reference.features_one(t, recipe.layer, recipe.pool) for t in _progress(texts, "head")]
+    )
+    ref = torch.log_softmax(head.logits(plain), -1)
+    ref_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fast = torch.log_softmax(head.logits(engine.features(texts, recipe)[0]), -1)
+    fast_s = time.perf_counter() - start
+    report = compare(list(head.labels), texts, ref, fast)
+    print(
+        f"head {head.id} (layer {recipe.layer}, {recipe.pool}): reference {len(texts) / ref_s:.1f} items/s, "
+        f"engine {len(texts) / fast_s:.1f} items/s; agreement {report['agree']}/{len(texts)}, "
+        f"largest log-probability difference {report['max_diff']:.3g}"
+    )
+    for flip in report["flips"]:
+        print(f"  differs: {flip['text']!r}: reference {flip['reference']}, engine {flip['engine']}")
+    return _failed(report, exact, 1e-3, "head log-probabilities")
 
 
 def compare(labels: list[str], texts: list[str], ref: Any, fast: Any) -> dict[str, Any]:

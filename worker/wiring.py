@@ -34,9 +34,13 @@ class Loaded:
 
 def load_classifier(settings: Settings) -> Loaded:
     """The engine for ``settings.engine``, with its task's routes."""
+    from worker import logs
     from worker.engine import Engine  # torch is imported here, and only here
 
-    engine = Engine.load(settings.engine)
+    log = logs.get_logger("worker.engine")
+    engine = Engine.load(settings.engine, log=lambda event, **fields: log.info(event, **fields))
+    if engine.head is not None:
+        log.info("head_loaded", **engine.head.summary())
     return Loaded(engine, dict(engine.task.routes), engine.task.route_handler)
 
 
@@ -109,7 +113,10 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
         log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
     try:
         loaded = load(settings)
-    except Exception as exc:  # one clear log line and exit 1, not a traceback
+    except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback
+        if _is_head_error(exc):
+            log.error("head_refused", error=str(exc))
+            return 2
         log.error("engine_load_failed", model=settings.engine.model, error=f"{type(exc).__name__}: {exc}")
         return EXIT_MODEL
     try:
@@ -119,3 +126,12 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
         return EXIT_CONFIG
     service.install_signals()
     return int(service.run())
+
+
+def _is_head_error(exc: Exception) -> bool:
+    """A head that does not fit the model or task (exit 2, a configuration error). The engine module is
+    only imported if it is already loaded: a fake classifier's failure must not pull torch in."""
+    import sys
+
+    head = sys.modules.get("worker.engine.head")
+    return head is not None and isinstance(exc, head.HeadError)

@@ -177,7 +177,10 @@ class HeadClassifier(FakeClassifier):
     def classify(self, texts: Any) -> tuple[list[Any], list[Any]]:
         predictions, stats = super().classify(texts)
         if self.head is not None:
-            predictions = [type(p)(self.head.label, p.scores, p.logprobs) for p in predictions]
+            predictions = [
+                type(p)(self.head.label, p.scores, p.logprobs, method="head", head=self.head.version)
+                for p in predictions
+            ]
         return predictions, stats
 
 

@@ -8,6 +8,9 @@ per-item           item by item, constrained label scoring, no prefix cache (pub
 bucketed           length-sorted batches of 32, padded, no prefix cache (published method)
 per-item-cached    item by item with the prefix cache
 engine             the default engine: packed rows, prefix cache, label tree
+head               the engine with the task's trained head (or --head FILE): the same packed, cached
+                   pass without the label tree, stopped at the head's layer; not agreement-checked
+                   (another classifier), its speed and accuracy are set against ``engine``'s
 end-to-end         the real worker service through Redis, from first push to last result
 =================  ===========================================================================
 

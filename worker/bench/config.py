@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from worker.engine.options import EngineOptions
 
-MODES = ("naive", "per-item", "bucketed", "per-item-cached", "llamacpp", "engine", "end-to-end")
+MODES = ("naive", "per-item", "bucketed", "per-item-cached", "llamacpp", "engine", "head", "end-to-end")
 OPTIONAL = ("llamacpp",)  # run only when asked for: the llama.cpp peer (the optional extra ``peer``)
 DEFAULT_MODES = tuple(m for m in MODES if m not in OPTIONAL)
 

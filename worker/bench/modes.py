@@ -64,6 +64,15 @@ def make_engines(loaded: LoadedModel, task: Task, options: EngineOptions) -> dic
     }
 
 
+def head_engine(loaded: LoadedModel, task: Task, options: EngineOptions) -> tuple[Engine | None, str]:
+    """The engine with the head ``options`` select (the task's own by default), or None and why not."""
+    from worker.engine.training import resolve_head
+
+    engine = Engine(loaded, task, options)
+    head = resolve_head(engine, options.head)
+    return (engine, "") if head else (None, "no head (--head none, or a task without one)")
+
+
 Progress = Callable[[int], None]  # told how many more tickets are done
 
 
@@ -97,14 +106,20 @@ def run_engine(
 ) -> ModeResult:
     """Score ``items`` in chunks of ``chunk`` (1 for the item-by-item modes; the service's drain size
     otherwise, so that ``engine`` plans passes over the same groups a worker would)."""
+    head = engine.head
+    labels = list(head.labels if head else engine.task.labels)
     out = ModeResult(name, [], [], [], 0.0)
     meter, start = CpuMeter(), time.perf_counter()
     for lo in range(0, len(items), chunk):
         part = items[lo : lo + chunk]
-        logp, stats = engine.logprobs([it.text for it in part])
-        decision = decide(logp, engine.prior)
+        if head is not None:  # the head's pass: no label tree, stopped at its layer
+            x, stats = engine.features([it.text for it in part], head.recipe)
+            decision = decide(torch.log_softmax(head.logits(x), -1))
+        else:
+            logp, stats = engine.logprobs([it.text for it in part])
+            decision = decide(logp, engine.prior)
         out.ids += [it.id for it in part]
-        out.labels += decision.labels(engine.task.labels)
+        out.labels += decision.labels(labels)
         out.margins += decision.margins
         out.add_stats(stats)
         progress(len(part))

@@ -21,7 +21,7 @@ from worker.bench import peer
 from worker.bench.config import MODES, BenchOptions
 from worker.bench.data import Item, length_sample
 from worker.bench.e2e import WorkerSpec, run_in_process, run_processes
-from worker.bench.modes import ModeResult, Progress, make_engines, run_engine, run_naive
+from worker.bench.modes import ModeResult, Progress, head_engine, make_engines, run_engine, run_naive
 from worker.bench.peak import CpuMeter, FlopModel, machine_info, matmul_peak_gflops, method_of
 from worker.bench.report import Report, agreement
 from worker.engine.engine import Engine
@@ -48,7 +48,15 @@ def bench(
     subset = [items[i] for i in length_sample(lengths, opts.baseline_n, opts.seed)]
     peak = matmul_peak_gflops(loaded.dtype)
     results: list[ModeResult] = []
-    for name in [m for m in MODES if m in opts.modes]:
+    modes = [m for m in MODES if m in opts.modes]
+    if "head" in modes:
+        with_head, why = head_engine(loaded, task, opts.engine)
+        if with_head is None:
+            print(f"bench: mode head skipped: {why}", file=sys.stderr)
+            modes.remove("head")
+        else:
+            engines["head"] = with_head
+    for name in modes:
         mine = subset if name in SUBSET_MODES else items
         if name == "end-to-end":
             results += [_quietest(partial(_end_to_end, opts, engine, mine, k), opts) for k in opts.workers]
@@ -71,6 +79,8 @@ def bench(
     if loaded.quantized:
         notes.append(f"{loaded.quantized}: peak fractions are against the float32 matmul peak")
     names = [r.name for r in results]
+    if "head" in names:
+        _compare_head(results[names.index("head")], results, items)
     baseline = results[names.index(BASELINE) if BASELINE in names else 0]
     flops = _flops(engine, loaded, results, dict(zip((it.id for it in items), lengths, strict=True)))
     report = Report(
@@ -80,7 +90,8 @@ def bench(
         data={"source": source, "tickets": len(items), "baseline_sample": len(subset), "seed": opts.seed},
         baseline=baseline.name,
         modes=results,
-        agreements={r.name: agreement(baseline, r) for r in results},
+        # The head is another classifier: it is meant to disagree with zero-shot scoring (and be right).
+        agreements={r.name: agreement(baseline, r) for r in results if r.name != "head"},
         matmul_peak_gflops=peak,
         flops=flops,
         notes=notes,
@@ -102,9 +113,30 @@ def _flops(
     )
     out = {}
     for r in results:
+        if r.name == "head":  # not a method the FLOP model describes (fewer layers, no label tree)
+            continue
         mine = [lengths[i] for i in r.ids if i in lengths]
         out[r.name] = (fm.total(method_of(r.name), mine), fm.total("uncached", mine))
     return out
+
+
+def _compare_head(head: ModeResult, results: list[ModeResult], items: list[Item]) -> None:
+    """Notes on the head mode: its speed against zero-shot scoring (same run), and both accuracies when
+    the tickets are labelled."""
+    by = {r.name: r for r in results}
+    if "engine" in by:
+        ratio = head.items_per_s / by["engine"].items_per_s
+        head.notes.append(f"{ratio:.2f}x the engine's zero-shot speed, same run")
+    truth = {it.id: it.label for it in items if it.label}
+    if truth and "engine" in by:
+
+        def acc(r: ModeResult) -> float:
+            pairs = [(lab, truth[i]) for i, lab in zip(r.ids, r.labels, strict=True) if i in truth]
+            return sum(a == b for a, b in pairs) / len(pairs)
+
+        head.notes.append(
+            f"accuracy against the tickets' labels: head {acc(head):.1%}, zero-shot {acc(by['engine']):.1%}"
+        )
 
 
 def _quietest(run: Callable[[], ModeResult], opts: BenchOptions) -> ModeResult:
@@ -165,7 +197,10 @@ def _end_to_end(opts: BenchOptions, engine: Engine, items: list[Item], k: int) -
                 engine, items, redis_url=opts.redis_url, prefix=prefix, drain=opts.drain, progress=tick
             )
         dtype = engine.loaded.dtype_name  # as measured or chosen here: the workers need not measure again
-        spec = WorkerSpec(engine=replace(opts.engine, dtype=dtype, threads=None), drain=opts.drain)
+        # Zero-shot like the in-process engine, so that agreement stays a check of the fast path.
+        spec = WorkerSpec(
+            engine=replace(opts.engine, dtype=dtype, threads=None, head="none"), drain=opts.drain
+        )
         with tempfile.TemporaryDirectory(prefix="ticketq-bench-") as tmp:
             return run_processes(
                 k, items, spec, redis_url=opts.redis_url, prefix=prefix, workdir=Path(tmp), progress=tick

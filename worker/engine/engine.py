@@ -8,7 +8,9 @@ from typing import Any
 
 import torch
 
+from . import features as feats
 from .decide import decide
+from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
@@ -37,12 +39,16 @@ class Engine:
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
+        self.head: Head | None = None  # decides when set (use_head); else zero-shot label scoring
 
     @classmethod
-    def load(cls, options: EngineOptions | None = None) -> Engine:
+    def load(cls, options: EngineOptions | None = None, log: Callable[..., None] | None = None) -> Engine:
         """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
-        set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`)."""
+        set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`); then the
+        head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
+        **fields)`` hears of a head being trained or taken from the cache."""
         from . import autodtype, threads
+        from .training import resolve_head
 
         opts = options or EngineOptions()
         chosen = threads.apply(opts.threads)
@@ -55,7 +61,39 @@ class Engine:
             **chosen.log_fields(),
             **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
         }
+        resolve_head(engine, opts.head, log)
         return engine
+
+    @property
+    def identity(self) -> Identity:
+        """What a head must have been trained for to be used on this engine."""
+        return Identity(
+            model=self.loaded.name,
+            model_digest=self.loaded.digest,
+            prompt_digest=digest(self.prompt.prefix_ids, self.prompt.after_ids),
+            labels=tuple(self.task.labels),
+            hidden_size=int(self.loaded.model.config.hidden_size),
+        )
+
+    @property
+    def n_layers(self) -> int:
+        return feats.n_layers(self.scorer)
+
+    def use_head(self, head: Head | None) -> None:
+        """Decide with ``head`` from now on (``None``: zero-shot). Raises HeadError if it does not fit."""
+        if head is not None:
+            head.check(self.identity)
+            if head.recipe.layer > self.n_layers:
+                raise HeadError(
+                    f"head {head.id} reads layer {head.recipe.layer}; the model has {self.n_layers}"
+                )
+            if tuple(self.cached_prefix()) != self.prompt.prefix_ids:
+                raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
+        self.head = head
+
+    def load_head(self, data: bytes, version: str) -> None:
+        """Switch to a head published in Redis (worker.headwatch); HeadError keeps the current one."""
+        self.use_head(Head.from_bytes(data, version=version))
 
     @property
     def name(self) -> str:
@@ -74,7 +112,10 @@ class Engine:
             "task": self.task.name,
             "labels": self.labels,
             "prefix_tokens": len(self.prompt.prefix_ids),
+            "layers": self.n_layers,
             "calibrated": self.prior is not None,
+            "method": "head" if self.head else "zero-shot",
+            "head": self.head.summary() if self.head else None,
             **self.startup,  # how threads and dtype were chosen (Engine.load): worker_start logs it
         }
 
@@ -105,14 +146,47 @@ class Engine:
         ``on_pass`` hears of each pass as it ends, so a long drain shows progress while it runs."""
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
-        plans = self.plan(lengths)
-        out = torch.empty(len(texts), len(self.task.labels))
+        return self._passes(suffixes, lengths, len(self.task.labels), self.scorer.score, on_pass)
+
+    def features(
+        self,
+        texts: Sequence[str],
+        recipe: feats.Recipe | None = None,
+        progress: Callable[[int], None] | None = None,
+        *,
+        on_pass: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """(tickets, hidden) float32 features a head reads, in input order: the packed, prefix-cached pass
+        without the label tree, stopped at the recipe's layer. ``progress(n)`` after each pass."""
+        recipe = recipe or (self.head.recipe if self.head else feats.Recipe.default(self.n_layers))
+        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        after = len(self.prompt.after_ids)
+
+        def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
+            out = feats.extract(self.scorer, sfx, plan, recipe, after)
+            if progress:
+                progress(plan.items)
+            return out
+
+        width = int(self.loaded.model.config.hidden_size)
+        return self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
+
+    def _passes(
+        self,
+        suffixes: Sequence[Sequence[int]],
+        lengths: Sequence[int],
+        width: int,
+        fn: Callable[[Sequence[Sequence[int]], Plan], torch.Tensor],
+        on_pass: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[torch.Tensor, list[BatchStats]]:
+        """Plan the passes, run ``fn`` on each, and put its rows (plan order) back in input order."""
+        out = torch.empty(len(suffixes), width)
         stats = []
-        for plan in plans:
+        for plan in self.plan(lengths):
             start = time.perf_counter()
-            scores = self.scorer.score(suffixes, plan)
+            rows = fn(suffixes, plan)
             order = torch.tensor([i for row in plan.rows for i in row], dtype=torch.long)
-            out[order] = scores.cpu()
+            out[order] = rows.cpu()
             seconds = time.perf_counter() - start
             stats.append(
                 BatchStats(plan.items, len(plan.rows), plan.real_tokens, plan.padded_tokens, seconds)
@@ -126,17 +200,23 @@ class Engine:
     ) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
+        if self.head is not None:
+            head = self.head
+            x, stats = self.features(texts, head.recipe, on_pass=on_pass)
+            return predictions(head.labels, torch.log_softmax(head.logits(x), -1), None, head), stats
         logp, stats = self.logprobs(texts, on_pass=on_pass)
         return predictions(self.task.labels, logp, self.prior), stats
 
 
 def predictions(
-    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None
+    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None, head: Head | None = None
 ) -> list[Prediction]:
     """Turn (tickets, labels) log-probabilities into labels and normalized scores.
 
     With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
+    With a ``head``, ``logp`` is its log-softmax and the predictions name it.
     """
+    method, head_name = ("head", head.name) if head else ("zero-shot", None)
     decision = decide(logp, prior)
     probs = torch.softmax(decision.scores, dim=-1)
     best = decision.best
@@ -146,6 +226,8 @@ def predictions(
             label=labels[b],
             scores={lab: round(p, 6) for lab, p in zip(labels, ps, strict=False)},
             logprobs={lab: round(v, 6) for lab, v in zip(labels, ls, strict=False)},
+            method=method,
+            head=head_name,
         )
         for b, ps, ls in zip(best, rows_p, rows_l, strict=False)
     ]

@@ -41,6 +41,7 @@ class LoadedModel:
     device: torch.device
     load_seconds: float
     quantized: str | None = None  # "int8": the decoder's linear layers are dynamically quantized
+    digest: str = ""  # the weights' identity, whatever the dtype (see weights_digest); heads are keyed on it
 
     @property
     def dtype_name(self) -> str:
@@ -201,7 +202,35 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
             raise ModelError("int8 runs on the CPU only")
         quantize_int8(model)
         quantized = INT8
-    return LoadedModel(model, tokenizer, name, torch_dtype, dev, time.perf_counter() - start, quantized)
+    digest = weights_digest(source, model)
+    return LoadedModel(
+        model, tokenizer, name, torch_dtype, dev, time.perf_counter() - start, quantized, digest
+    )
+
+
+def weights_digest(source: str, model: Any) -> str:
+    """SHA-256 of the weight files of a local model directory (cached by path, size and mtime, like the
+    GGUF's), or the hub id and commit of a downloaded one. Independent of the dtype the model runs in."""
+    path = Path(source)
+    if not path.is_dir():
+        commit = getattr(model.config, "_commit_hash", None) or "unknown"
+        return hashlib.sha256(f"hub:{source}@{commit}".encode()).hexdigest()
+    files = sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".gguf", ".pt"))
+    key = hashlib.sha256(
+        repr([(str(p.resolve()), p.stat().st_size, int(p.stat().st_mtime)) for p in files]).encode()
+    ).hexdigest()[:32]
+    stamp = cache_root() / "models" / "index" / f"weights-{key}"
+    if stamp.exists() and len(known := stamp.read_text().strip()) == 64:
+        return known
+    h = hashlib.sha256()
+    for p in files:
+        h.update(_sha256(p).encode())
+    digest = h.hexdigest()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+    tmp.write_text(digest)
+    os.replace(tmp, stamp)
+    return digest
 
 
 def main() -> None:

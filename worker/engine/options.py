@@ -28,7 +28,7 @@ class EngineOptions:
     max_batch_tokens: int = 8192  # token budget of one pass (rows x row length)
     max_row_len: int = 128  # packing: widest row (attention within a row grows with its width)
     max_ticket_tokens: int = 512  # longer tickets keep their first tokens
-    head: str | None = None  # trained label head; None: zero-shot label scoring
+    head: str | None = None  # trained head file; "none": zero-shot; None: the task's head, if it has one
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -84,12 +84,13 @@ FLAGS: dict[str, tuple[type, str]] = {
     "max_batch_tokens": (int, "token budget of one forward pass (rows x row length)"),
     "max_row_len": (int, "widest packed row, in tokens"),
     "max_ticket_tokens": (int, "longer tickets keep their first tokens"),
+    "head": (str, "trained head file (ticketq-worker train) deciding labels; 'none': zero-shot scoring"),
 }
 # What a None default means, for the help text.
 _NONE = {
     "task": "the built-in support-ticket task",
     "threads": "all usable cores up to 4, then 4 or 8 per process (worker/engine/threads.py)",
-    "head": "none",
+    "head": "the task's own (the built-in task trains one on first use), else zero-shot",
 }
 
 

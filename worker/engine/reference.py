@@ -65,6 +65,21 @@ class ReferenceScorer:
             scores.append(total)
         return scores
 
+    @torch.inference_mode()
+    def features_one(self, text: str, layer: int, pool: str) -> torch.Tensor:
+        """A head's features the plain way: the whole prompt as one string, the full model run with every
+        hidden state kept, then the ticket's tokens averaged (``mean``) or the last position (``last``)."""
+        whole = render(self.tokenizer, self.task, self.truncated(text))
+        ids: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
+        out = self.body(input_ids=torch.tensor([ids], device=self.device), output_hidden_states=True)
+        hidden = out.hidden_states[layer][0].float()
+        if pool == "last":
+            return hidden[-1].cpu()
+        start, end = len(self.prompt.prefix_ids), len(ids) - len(self.prompt.after_ids)
+        if end <= start:  # an empty ticket: the engine averages its hand-over tokens
+            end = len(ids)
+        return hidden[start:end].mean(0).cpu()
+
     def score(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.score_one(t) for t in texts]
 

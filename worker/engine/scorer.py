@@ -166,10 +166,13 @@ class Scorer:
         return (picked * t.steps).sum(-1)
 
     def _layout(
-        self, suffixes: Sequence[Sequence[int]], plan: Plan
+        self, suffixes: Sequence[Sequence[int]], plan: Plan, *, tree: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Input ids, positions, 4-D mask and query indices for one pass."""
-        rows, width, n_nodes = len(plan.rows), plan.row_len, self.tree.size
+        """Input ids, positions, 4-D mask and query indices for one pass.
+
+        ``tree=False`` lays out the tickets alone (a trained head reads their hidden states and needs no
+        label tree); ``query[:, 0]`` is then each ticket's last position."""
+        rows, width, n_nodes = len(plan.rows), plan.row_len, self.tree.size if tree else 0
         ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
         pos = torch.zeros(rows, width, dtype=torch.long)
         seg = torch.full((rows, width), -1, dtype=torch.long)  # which ticket owns the slot (-1: padding)
@@ -183,9 +186,9 @@ class Scorer:
                 s = len(suffixes[i])
                 end = off + s + n_nodes
                 ids[r, off : off + s] = torch.tensor(suffixes[i], dtype=torch.long)
-                ids[r, off + s : end] = self._node_tokens
+                ids[r, off + s : end] = self._node_tokens[:n_nodes]
                 pos[r, off : off + s] = torch.arange(s)
-                pos[r, off + s : end] = s - 1 + self._node_depth
+                pos[r, off + s : end] = s - 1 + self._node_depth[:n_nodes]
                 seg[r, off:end] = item
                 local[r, off:end] = torch.arange(s + n_nodes)
                 node[r, off + s : end] = torch.arange(n_nodes)
@@ -198,8 +201,8 @@ class Scorer:
         is_node = node >= 0
         same = seg[:, :, None] == seg[:, None, :]
         causal = (~is_node[:, None, :]) & (local[:, None, :] <= local[:, :, None])
-        tree = is_node[:, :, None] & is_node[:, None, :] & self._tree_pairs(node)
-        own = same & (causal | tree)
+        in_tree = is_node[:, :, None] & is_node[:, None, :] & self._tree_pairs(node)
+        own = same & (causal | in_tree)
         own |= torch.eye(width, dtype=torch.bool)  # padding sees itself: no empty softmax rows
         # Additive, in the model's dtype, built once per pass: a boolean mask would be converted to this by
         # SDPA in every layer (30 conversions a pass for SmolLM2; 1.5% of a float32 pass's profile).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ class Task:
     calibrate: bool = True  # subtract the labels' scores for content-free tickets (see CONTENT_FREE)
     routes: dict[str, str] = field(default_factory=dict)  # label -> RQ queue name
     route_handler: str | None = None  # dotted path RQ workers call for routed tickets
+    head: str | None = None  # a trained head file the task ships with (absolute once loaded)
+    head_data: str | None = None  # labelled tickets to train the task's head from on first use (cached)
 
     def __post_init__(self) -> None:
         if len(self.labels) < 2:
@@ -70,6 +72,8 @@ class Task:
                 calibrate=bool(data.get("calibrate", True)),
                 routes=dict(data.get("routes", {})),
                 route_handler=data.get("route_handler"),
+                head=data.get("head"),
+                head_data=data.get("head_data"),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -84,4 +88,10 @@ def load_task(path: str | Path | None = None) -> Task:
         raise TaskError(f"task file not found: {p}") from None
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"task file {p} is not valid TOML: {exc}") from None
-    return Task.from_dict(data)
+    task = Task.from_dict(data)
+    # Files a task names are relative to the task file, so a task and its head travel together.
+    return replace(
+        task,
+        head=str((p.parent / task.head).resolve()) if task.head else None,
+        head_data=str((p.parent / task.head_data).resolve()) if task.head_data else None,
+    )

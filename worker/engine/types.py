@@ -9,7 +9,10 @@ from dataclasses import dataclass
 class Prediction:
     label: str
     scores: dict[str, float]  # label -> probability (softmax over the labels' log-probabilities)
-    logprobs: dict[str, float]  # label -> summed token log-probability of its full sequence
+    # label -> summed token log-probability of its full sequence (with a head: its log-softmax)
+    logprobs: dict[str, float]
+    method: str = "zero-shot"  # "head" when a trained head decided
+    head: str | None = None  # the head's version (published) or id
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,313 @@
+"""The trained head on the tiny random model: features, deterministic fitting, the file, refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from worker.engine import Engine
+from worker.engine.features import LAST, MEAN, Recipe
+from worker.engine.fit import fit, stratified_folds
+from worker.engine.head import Head, HeadError
+from worker.engine.model import LoadedModel
+from worker.engine.task import Task, load_task
+from worker.engine.training import TrainingError, train_head
+
+WORDS = {
+    "billing": ["refund", "invoice", "charged twice", "price", "payment", "fee"],
+    "technical": ["crash", "error 500", "bug", "app freezes", "timeout", "broken page"],
+    "account": ["password", "login", "username", "two-factor code", "profile", "email change"],
+}
+
+
+def labelled(n_per: int = 12) -> tuple[list[str], list[str]]:
+    texts, labels = [], []
+    for label, words in WORDS.items():
+        for i in range(n_per):
+            texts.append(f"Hello, about my {words[i % len(words)]} ({i}): {words[(i * 5) % len(words)]}.")
+            labels.append(label)
+    return texts, labels
+
+
+@pytest.fixture(scope="module")
+def engine(tiny: LoadedModel) -> Engine:
+    return Engine(tiny, load_task())
+
+
+@pytest.fixture(scope="module")
+def head(engine: Engine) -> Head:
+    texts, labels = labelled()
+    return train_head(engine, texts, labels, seed=3)
+
+
+def test_features_stop_early_and_match_the_full_model(engine: Engine) -> None:
+    """The hooked early stop gives the state the full model reports, for a ticket packed with others."""
+    texts = ["Short one.", "A somewhat longer ticket about a refund that never came.", "x"]
+    for layer in (1, 2):
+        got, _ = engine.features(texts, Recipe(layer, LAST))
+        ids = [*engine.prompt.prefix_ids, *engine.prompt.ticket_ids(engine.tokenizer, texts[1:2])[0]]
+        with torch.inference_mode():
+            out = engine.scorer.body(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        torch.testing.assert_close(got[1], out.hidden_states[layer][0, -1].float(), atol=1e-4, rtol=1e-4)
+
+
+def test_features_do_not_depend_on_batch_company(engine: Engine) -> None:
+    texts, _ = labelled(4)
+    together, _ = engine.features(texts, Recipe(1, MEAN))
+    alone = torch.cat([engine.features([t], Recipe(1, MEAN))[0] for t in texts[:3]])
+    torch.testing.assert_close(together[:3], alone, atol=1e-4, rtol=1e-4)
+
+
+def test_fitting_is_deterministic(engine: Engine, head: Head) -> None:
+    texts, labels = labelled()
+    again = train_head(engine, texts, labels, seed=3)
+    assert again.id == head.id and again.to_bytes() == head.to_bytes()
+    t = head.training
+    assert t["n"] == 36 and t["counts"] == {"billing": 12, "technical": 12, "account": 12}
+    assert t["cv_folds"] == 5 and 0.0 <= t["cv_accuracy"] <= 1.0
+
+
+def test_fit_separates_separable_data_and_folds_are_stratified() -> None:
+    gen = torch.Generator().manual_seed(0)
+    centers = torch.randn(3, 8, generator=gen) * 4
+    y = [i % 3 for i in range(90)]
+    x = centers[y] + torch.randn(90, 8, generator=gen)
+    f = fit(x, y, 3)
+    assert f.cv_accuracy is not None and f.cv_accuracy > 0.95
+    assert ((x @ f.weight.T + f.bias).argmax(1) == torch.tensor(y)).float().mean() > 0.95
+    folds = stratified_folds(y, 5, seed=1)
+    for c in range(3):
+        assert sorted(folds[i] for i in range(90) if y[i] == c) == sorted([0, 1, 2, 3, 4] * 6)
+
+
+def test_head_decides_and_says_so(engine: Engine, head: Head) -> None:
+    engine.use_head(head)
+    try:
+        preds, stats = engine.classify(["my invoice is wrong", "the app crashes"])
+        assert [p.method for p in preds] == ["head", "head"] and preds[0].head == head.id
+        assert set(preds[0].scores) == set(head.labels) and abs(sum(preds[0].scores.values()) - 1) < 1e-4
+        assert sum(s.items for s in stats) == 2
+        assert engine.describe()["method"] == "head"
+    finally:
+        engine.use_head(None)
+    assert engine.classify(["my invoice is wrong"])[0][0].method == "zero-shot"
+
+
+def test_round_trip(head: Head, tmp_path: Path) -> None:
+    path = tmp_path / "h.safetensors"
+    head.save(path)
+    back = Head.load(path)
+    assert back.id == head.id and back.labels == head.labels and back.recipe == head.recipe
+    assert back.training == head.training and back.version is None
+    assert torch.equal(back.weight, head.weight) and torch.equal(back.bias, head.bias)
+    assert Head.from_bytes(head.to_bytes(), version="v7").name == "v7"
+    assert path.read_bytes()[:8] != b"\x80\x04\x95" and b"ticketq-head/1" in path.read_bytes()  # not pickle
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[: len(b) // 2],
+        lambda b: b"\x00" * 64,
+        lambda b: b"",
+        lambda b: b.replace(b"ticketq-head/1", b"ticketq-head/9"),
+    ],
+)
+def test_corrupt_heads_are_refused_in_one_line(head: Head, damage: object, tmp_path: Path) -> None:
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(damage(head.to_bytes()))  # type: ignore[operator]
+    with pytest.raises(HeadError) as err:
+        Head.load(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_safetensors_without_head_metadata_is_refused(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "x.safetensors"))
+    with pytest.raises(HeadError, match="not a head"):
+        Head.load(tmp_path / "x.safetensors")
+
+
+def test_mismatched_heads_are_refused(engine: Engine, head: Head, tiny: LoadedModel) -> None:
+    other_model = replace(head, model_digest="0" * 64)
+    with pytest.raises(HeadError, match="trained on model"):
+        engine.use_head(other_model)
+    task = load_task()
+    relabelled = Engine(tiny, Task.from_dict({"labels": ["billing", "technical", "other"]}))
+    with pytest.raises(HeadError, match="labels"):
+        relabelled.use_head(head)
+    reworded = Engine(tiny, replace(task, instructions=task.instructions + " Be brief."))
+    with pytest.raises(HeadError, match="another prompt"):
+        reworded.use_head(head)
+    assert engine.head is None
+
+
+def test_training_errors_are_one_line(engine: Engine) -> None:
+    with pytest.raises(TrainingError, match="not in the task: 'sales' \\(1\\)"):
+        train_head(engine, ["a", "b"], ["billing", "sales"])
+    with pytest.raises(TrainingError, match="at least two labels"):
+        train_head(engine, ["a", "b"], ["billing", "billing"])
+    with pytest.raises(TrainingError, match="no labelled tickets"):
+        train_head(engine, [], [])
+
+
+def test_a_label_without_tickets_is_never_chosen(engine: Engine) -> None:
+    texts, labels = labelled(6)
+    keep = [i for i, lab in enumerate(labels) if lab != "account"]
+    h = train_head(engine, [texts[i] for i in keep], [labels[i] for i in keep])
+    assert h.training["missing"] == ["account"]
+    engine.use_head(h)
+    try:
+        preds, _ = engine.classify(texts)
+        assert "account" not in {p.label for p in preds}
+    finally:
+        engine.use_head(None)
+
+
+def test_train_command_writes_a_head_and_prints_cv(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    texts, labels = labelled(6)
+    lines = ["id,text,label"] + [
+        f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(zip(texts, labels, strict=True))
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "support.head"
+    code = main(
+        [
+            "train",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "float32",
+            "--tickets",
+            str(tmp_path / "t.csv"),
+            "--out",
+            str(out),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0 and "cross-validated accuracy" in printed and "confusion matrix" in printed
+    head = Head.load(out)
+    assert head.training["n"] == 18 and head.id in printed
+
+
+@pytest.mark.parametrize("pool", [MEAN, LAST])
+def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
+    """Packed, prefix-cached, stopped early: the same numbers as the whole prompt run alone."""
+    from worker.engine.reference import ReferenceScorer
+
+    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
+    texts = ["My card was charged twice.", "", "Login fails with error 500 after the update, twice today."]
+    got, _ = engine.features(texts, Recipe(1, pool))
+    want = torch.stack([ref.features_one(t, 1, pool) for t in texts])
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_eval_with_a_head_reports_both_methods(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from worker.cli import main
+
+    texts, labels = labelled(3)
+    lines = ["id,text,label"] + [
+        f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(zip(texts, labels, strict=True))
+    ]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--tickets", str(tmp_path / "t.csv")]
+    assert main(["eval", *flags, "--head", str(tmp_path / "h.head"), "--json", str(tmp_path / "e.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "zero-shot" in printed and f"head {head.id}" in printed
+    report = json.loads((tmp_path / "e.json").read_text())
+    assert report["method"] == "head" and report["head"]["id"] == head.id
+    assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == 9
+
+
+def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    replace(head, labels=("a", "b", "c")).save(tmp_path / "other.head")
+    (tmp_path / "corrupt.head").write_bytes(b"not a head at all")
+    (tmp_path / "t.csv").write_text("id,text,label\n1,refund,billing\n")
+    for bad in ("other.head", "corrupt.head", "missing.head"):
+        flags = ["--model", str(tiny_dir), "--dtype", "float32", "--head", str(tmp_path / bad)]
+        assert main(["eval", *flags, "--tickets", str(tmp_path / "t.csv")]) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' loading bar
+        assert last.startswith("ticketq-worker eval: ") and "head" in last
+        assert main(["run", *flags, "--redis-url", "redis://127.0.0.1:1/0", "--burst"]) == 2
+
+
+def test_verify_checks_the_head_path_against_the_plain_reference(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--head", str(tmp_path / "h.head"), "--limit", "6"]
+    assert main(["verify", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"head {head.id}" in out and "agreement 6/6" in out and out.rstrip().endswith("OK")
+
+
+def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
+    tiny_dir: Path, head: Head, tmp_path: Path
+) -> None:
+    import json
+
+    from worker.cli import main
+
+    head.save(tmp_path / "h.head")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--head", str(tmp_path / "h.head")]
+    args = [
+        "bench",
+        *flags,
+        "--quick",
+        "--modes",
+        "engine,head",
+        "--retries",
+        "0",
+        "--json",
+        str(tmp_path / "b.json"),
+    ]
+    assert main(args) == 0
+    modes = {m["name"]: m for m in json.loads((tmp_path / "b.json").read_text())["modes"]}
+    assert modes["head"]["tickets"] == modes["engine"]["tickets"] == 48
+    notes = " ".join(modes["head"]["notes"])
+    assert "zero-shot speed, same run" in notes and "accuracy against the tickets' labels" in notes
+
+
+@pytest.mark.redis
+def test_train_from_redis_corrections_and_publish(
+    tiny_dir: Path, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Corrections in P:labels (as label.lua writes them) -> train -> a published head a worker can load."""
+    import redis
+
+    from producer.client import Client
+    from producer.learning import Correction
+    from producer.protocol import Keys
+    from worker.cli import main
+
+    texts, labels = labelled(4)
+    r = redis.Redis.from_url(redis_url)
+    for i, (t, lab) in enumerate(zip(texts, labels, strict=True)):
+        r.hset(Keys(prefix).labels, f"c{i}", Correction(f"c{i}", lab, t, at=float(i)).to_json())
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    assert main(["train", *flags, "--from-redis", "--publish"]) == 0
+    assert "12 corrections from Redis" in capsys.readouterr().out
+    current = Client(r, prefix).current_head()
+    assert current is not None
+    version, data = current
+    published = Head.from_bytes(data, version=version)
+    assert published.training["n"] == 12 and published.name == version

@@ -1,0 +1,218 @@
+"""A trained head: a linear classifier over the engine's hidden states, stored as one safetensors file.
+
+The file holds two tensors (``weight``: labels x hidden size, ``bias``) and one metadata entry, a JSON
+object with everything needed to refuse a head that would silently misclassify: its labels, the feature
+recipe, the hidden size, the model it was trained on (name and weights digest), the digest of the task's
+prompt (instructions, examples and chat template as token ids: the features attend to them) and how it
+was trained (n, per-class counts, cross-validated accuracy, ticketq version). safetensors, never pickle:
+loading a head file runs no code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .features import Recipe
+
+FORMAT = "ticketq-head/1"
+_META = "ticketq"
+
+
+class HeadError(ValueError):
+    """A head file that cannot be used here; the message is one line, fit for a log or a terminal."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a head must match: the model whose hidden states it reads and the prompt they attend to."""
+
+    model: str  # display name (messages only)
+    model_digest: str  # the weights' digest: the name alone would accept a fine-tuned copy
+    prompt_digest: str
+    labels: tuple[str, ...]
+    hidden_size: int
+
+
+def digest(*parts: Any) -> str:
+    """Hex SHA-256 of parts written as canonical JSON."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass(eq=False)
+class Head:
+    labels: tuple[str, ...]
+    weight: torch.Tensor  # (labels, hidden) float32, applies to raw features
+    bias: torch.Tensor  # (labels,) float32
+    recipe: Recipe
+    model: str
+    model_digest: str
+    prompt_digest: str
+    training: dict[str, Any] = field(default_factory=dict)  # n, counts, cv_accuracy, l2, ticketq version
+    version: str | None = None  # set when published (a Redis head's version); not part of the file
+
+    def __post_init__(self) -> None:
+        self.labels = tuple(self.labels)
+        if self.weight.ndim != 2 or self.weight.shape[0] != len(self.labels):
+            raise HeadError(
+                f"head weight of shape {tuple(self.weight.shape)} does not fit {len(self.labels)} labels"
+            )
+        if tuple(self.bias.shape) != (len(self.labels),):
+            raise HeadError(
+                f"head bias of shape {tuple(self.bias.shape)} does not fit {len(self.labels)} labels"
+            )
+        if not (torch.isfinite(self.weight).all() and torch.isfinite(self.bias).all()):
+            raise HeadError("head weights are not finite")
+        self.weight = self.weight.detach().float().contiguous()
+        self.bias = self.bias.detach().float().contiguous()
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.weight.shape[1])
+
+    @property
+    def id(self) -> str:
+        """Short digest of what decides labels (weights, labels, recipe, model, prompt)."""
+        h = hashlib.sha256(self.weight.numpy().tobytes())
+        h.update(self.bias.numpy().tobytes())
+        h.update(digest(self.labels, self.recipe.to_dict(), self.model_digest, self.prompt_digest).encode())
+        return h.hexdigest()[:12]
+
+    @property
+    def name(self) -> str:
+        """What results and logs call this head: its published version, else its id."""
+        return self.version or self.id
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "labels": list(self.labels),
+            "recipe": self.recipe.to_dict(),
+            "hidden_size": self.hidden_size,
+            "model": self.model,
+            "model_digest": self.model_digest,
+            "prompt_digest": self.prompt_digest,
+            "training": self.training,
+        }
+
+    def to_bytes(self) -> bytes:
+        from safetensors.torch import save
+
+        meta = json.dumps(self.meta(), sort_keys=True, ensure_ascii=False)
+        return save({"weight": self.weight, "bias": self.bias}, metadata={_META: meta})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, version: str | None = None) -> Head:
+        from safetensors.torch import load
+
+        try:
+            tensors = load(bytes(data))
+            meta = json.loads(_metadata(data)[_META])
+            if meta.get("format") != FORMAT:
+                raise HeadError(f"not a ticketq head (format {meta.get('format')!r}, expected {FORMAT!r})")
+            recipe = Recipe(int(meta["recipe"]["layer"]), str(meta["recipe"]["pool"]))
+            head = cls(
+                labels=tuple(str(x) for x in meta["labels"]),
+                weight=tensors["weight"],
+                bias=tensors["bias"],
+                recipe=recipe,
+                model=str(meta["model"]),
+                model_digest=str(meta["model_digest"]),
+                prompt_digest=str(meta["prompt_digest"]),
+                training=dict(meta.get("training") or {}),
+                version=version,
+            )
+        except HeadError:
+            raise
+        except Exception as exc:  # a corrupt file fails in many ways; all of them mean "not a head"
+            raise HeadError(f"not a readable ticketq head: {type(exc).__name__}: {_one_line(exc)}") from None
+        if head.hidden_size != int(meta["hidden_size"]):
+            raise HeadError(
+                f"head says hidden size {meta['hidden_size']} but its weights have {head.hidden_size}"
+            )
+        return head
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically: a reader never sees half a head."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.to_bytes())
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> Head:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise HeadError(f"cannot read head {path}: {exc.strerror or exc}") from None
+        try:
+            return cls.from_bytes(data)
+        except HeadError as exc:
+            raise HeadError(f"{path}: {exc}") from None
+
+    def check(self, identity: Identity) -> None:
+        """Raise :class:`HeadError` unless this head was trained for ``identity``."""
+        if self.model_digest != identity.model_digest:
+            raise HeadError(
+                f"head {self.id} was trained on model {self.model} (weights {self.model_digest[:12]}), "
+                f"not the loaded {identity.model} (weights {identity.model_digest[:12]}); retrain it"
+            )
+        if self.hidden_size != identity.hidden_size:
+            raise HeadError(
+                f"head {self.id} reads {self.hidden_size} features, the model has {identity.hidden_size}"
+            )
+        if self.labels != tuple(identity.labels):
+            raise HeadError(
+                f"head {self.id} has labels {', '.join(self.labels)}; "
+                f"the task has {', '.join(identity.labels)}"
+            )
+        if self.prompt_digest != identity.prompt_digest:
+            raise HeadError(
+                f"head {self.id} was trained with another prompt (instructions, examples or template "
+                "changed); retrain it for this task"
+            )
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """(n, labels) float32 scores for (n, hidden) features."""
+        return torch.nn.functional.linear(features.float().cpu(), self.weight, self.bias)
+
+    def summary(self) -> dict[str, Any]:
+        """For logs and ``describe()``."""
+        t = self.training
+        return {
+            "id": self.id,
+            "version": self.version,
+            "labels": len(self.labels),
+            "n": t.get("n"),
+            "cv_accuracy": t.get("cv_accuracy"),
+            "recipe": self.recipe.to_dict(),
+        }
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    """The safetensors header's ``__metadata__`` (the library's loader returns tensors only)."""
+    n = int.from_bytes(data[:8], "little")
+    if n <= 0 or n > len(data) - 8:
+        raise HeadError("not a safetensors file")
+    header = json.loads(data[8 : 8 + n])
+    meta = header.get("__metadata__")
+    if not isinstance(meta, dict) or _META not in meta:
+        raise HeadError("a safetensors file without ticketq metadata (not a head)")
+    return meta
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]

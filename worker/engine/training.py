@@ -1,0 +1,182 @@
+"""Train a head: labelled tickets through the engine's own pass, then a cross-validated linear fit."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from .features import Recipe
+from .fit import fit
+from .head import Head, HeadError, digest
+from .model import cache_root
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+# progress(stage, done, total): stage is "features" (tickets) or "fit" (cross-validation fits)
+Progress = Callable[[str, int, int], None]
+_ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
+
+
+class TrainingError(HeadError):
+    """Training data that cannot make a head (unknown labels, too few classes); one line."""
+
+
+def check_training_labels(labels: Sequence[str], task_labels: Sequence[str]) -> None:
+    if not labels:
+        raise TrainingError("no labelled tickets to train on")
+    unknown = Counter(lab for lab in labels if lab not in task_labels)
+    if unknown:
+        found = ", ".join(f"{lab!r} ({n})" for lab, n in unknown.most_common())
+        raise TrainingError(
+            f"labels not in the task: {found}; the task's labels are {', '.join(task_labels)}"
+        )
+    present = set(labels)
+    if len(present) < 2:
+        raise TrainingError(
+            f"all {len(labels)} tickets are labelled {next(iter(present))!r}; "
+            "a head needs at least two labels"
+        )
+
+
+def train_head(
+    engine: Engine,
+    texts: list[str],
+    labels: list[str],
+    *,
+    seed: int = 0,
+    progress: Progress | None = None,
+    recipe: Recipe | None = None,
+) -> Head:
+    """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
+
+    Every label must be one of the task's, and at least two must occur. A task label with no ticket gets
+    a head row that never wins (and ``training["missing"]`` names it)."""
+    if len(texts) != len(labels):
+        raise TrainingError(f"{len(texts)} texts but {len(labels)} labels")
+    task_labels = list(engine.task.labels)
+    check_training_labels(labels, task_labels)
+    recipe = recipe or Recipe.default(engine.n_layers)
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress("features", done, len(texts))
+
+    x, _ = engine.features(texts, recipe, progress=step)
+    present = [lab for lab in task_labels if lab in set(labels)]
+    y = [present.index(lab) for lab in labels]
+    result = fit(
+        x, y, len(present), seed=seed, progress=(lambda d, t: progress("fit", d, t)) if progress else None
+    )
+    weight = torch.zeros(len(task_labels), x.shape[1])
+    bias = torch.full((len(task_labels),), _ABSENT)
+    rows = torch.tensor([task_labels.index(lab) for lab in present])
+    weight[rows], bias[rows] = result.weight, result.bias
+    ident = engine.identity
+    counts = Counter(labels)
+    return Head(
+        labels=tuple(task_labels),
+        weight=weight,
+        bias=bias,
+        recipe=recipe,
+        model=ident.model,
+        model_digest=ident.model_digest,
+        prompt_digest=ident.prompt_digest,
+        training={
+            "n": len(labels),
+            "counts": {lab: counts.get(lab, 0) for lab in task_labels},
+            "missing": [lab for lab in task_labels if lab not in counts],
+            "cv_accuracy": None if result.cv_accuracy is None else round(result.cv_accuracy, 4),
+            "cv_folds": result.folds,
+            "cv_labels": present,
+            "cv_confusion": result.cv_confusion,
+            "l2": result.l2,
+            "seed": seed,
+            "dtype": engine.loaded.dtype_name,
+            "ticketq_version": _version(),
+        },
+    )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ticketq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+NONE = "none"  # --head none / TICKETQ_HEAD=none: zero-shot even when the task ships a head
+
+
+def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | None = None) -> Head | None:
+    """The head an engine should decide with, checked against it (raises HeadError).
+
+    ``spec``: a head file, ``none`` (zero-shot), or ``None`` for the task's own: the file its TOML names
+    (``head``), else one trained from the labelled tickets it names (``head_data``) on first use and
+    cached, else none."""
+    task = engine.task
+    head: Head | None = None
+    if spec and spec.strip().lower() == NONE:
+        pass
+    elif spec or task.head:
+        head = Head.load(spec or task.head or "")
+    elif task.head_data:
+        head = cached_head(engine, task.head_data, log)
+    engine.use_head(head)
+    return head
+
+
+def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | None = None) -> Head:
+    """The head trained from labelled ``data`` for this engine, from the cache or trained now and cached.
+
+    The cache key covers everything the head depends on: the model's weights, the prompt, the data,
+    the dtype the features are computed in, the recipe and the ticketq version."""
+    from producer.files import parse
+
+    raw = Path(data).read_bytes()
+    ident = engine.identity
+    recipe = Recipe.default(engine.n_layers)
+    key = digest(
+        ident.model_digest,
+        ident.prompt_digest,
+        list(ident.labels),
+        hashlib.sha256(raw).hexdigest(),
+        engine.loaded.dtype_name,
+        recipe.to_dict(),
+        _version(),
+    )[:24]
+    path = cache_root() / "heads" / f"{key}.safetensors"
+    if path.exists():
+        try:
+            head = Head.load(path)
+            if log:
+                log("head_cached", path=str(path), head=head.id)
+            return head
+        except HeadError:
+            pass  # a damaged cache entry: train again and overwrite it
+    rows = [row for _, row in parse(raw.decode("utf-8"), name=str(data))]
+    start = time.perf_counter()
+    if log:
+        log("head_training", data=str(data), tickets=len(rows), cache=str(path))
+    texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
+    head = train_head(engine, texts, labels, recipe=recipe)
+    head.save(path)
+    if log:
+        log(
+            "head_trained",
+            head=head.id,
+            cv_accuracy=head.training.get("cv_accuracy"),
+            seconds=round(time.perf_counter() - start, 1),
+            path=str(path),
+        )
+    return head

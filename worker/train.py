@@ -1,0 +1,158 @@
+"""Train a head from labelled tickets: accurate labels for any task, from a few hundred examples.
+
+    ticketq-worker train --tickets labelled.csv --out support.head
+    ticketq-worker train --task my_task.toml --tickets labelled.jsonl --out my_task.head
+
+The tickets (JSONL or CSV with id,text,label, as ``eval`` reads) run through the engine's own forward
+pass; a logistic regression over its hidden states is fitted with the L2 penalty chosen by stratified
+k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
+file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
+
+    ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
+
+``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
+a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
+running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from worker.bench.data import DataError, Item, read_items
+from worker.engine.options import EngineOptions, add_engine_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from worker import corrections
+
+    parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
+    parser.add_argument("--out", help="where to write the head (a .safetensors file)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
+    add_engine_arguments(parser)
+    corrections.add_arguments(parser)
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"ticketq-worker train: {message}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from worker import corrections
+    from worker.engine.task import load_task
+    from worker.evaluate import check_labels
+
+    source = args.tickets or ""
+    try:
+        options = replace(EngineOptions.from_args(args), head="none")  # train with features, not a head
+        if not (args.tickets or args.from_redis):
+            raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
+        if not (args.out or args.publish):
+            raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
+        task = load_task(options.task)
+        items = read_items(args.tickets) if args.tickets else []
+        if corrections.uses_redis(args):
+            redis_client = corrections.client(args)
+        if args.from_redis:
+            rows = [(it.id, it.text, it.label or "") for it in items]
+            found = corrections.training_set(corrections.read_corrections(redis_client), rows)
+            items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
+            source = f"{found.from_redis} corrections from Redis" + (
+                f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
+            )
+        check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
+        labels = [it.label or "" for it in items]
+        if len(set(labels)) < 2:
+            raise DataError(
+                f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
+            )
+    except ValueError as exc:  # bad options, task file, tickets file or labels
+        return fail(str(exc))
+    except redis.RedisError as exc:
+        return fail(f"Redis: {exc}", 1)
+    out = Path(args.out) if args.out else None
+    if out is not None and out.is_dir():
+        return fail(f"--out {out} is a directory; name the head file")
+
+    from worker.engine import Engine
+    from worker.engine.model import ModelError
+    from worker.engine.training import train_head
+
+    try:
+        engine = Engine.load(options)
+    except ModelError as exc:
+        return fail(str(exc), 1)
+    start = time.perf_counter()
+    with Progress() as progress:
+        head = train_head(engine, [it.text for it in items], labels, seed=args.seed, progress=progress)
+    seconds = time.perf_counter() - start
+    print(report(head, engine.describe(), source, seconds))
+    if out is not None:
+        try:
+            head.save(out)
+        except OSError as exc:
+            return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
+        print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
+    if args.publish:
+        try:
+            version = redis_client.publish_head(head.to_bytes(), by=args.by)
+        except (redis.RedisError, ValueError) as exc:
+            return fail(f"cannot publish the head: {exc}", 1)
+        print(f"published head {head.id} as version {version}: running workers load it at their next drain")
+    return 0
+
+
+class Progress:
+    """tqdm bars for the two stages, on a terminal only."""
+
+    def __enter__(self) -> Progress:
+        self.bars: dict[str, Any] = {}
+        return self
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if stage not in self.bars:
+            for bar in self.bars.values():
+                bar.close()
+            unit = "ticket" if stage == "features" else "fit"
+            self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
+        bar = self.bars[stage]
+        bar.update(done - bar.n)
+
+    def __exit__(self, *exc: object) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
+    t = head.training
+    width = max(12, *(len(lab) + 2 for lab in head.labels))
+    counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
+    lines = [
+        f"model: {info['model']} ({info['dtype']}); task: {info['task']}; features: "
+        f"layer {head.recipe.layer} of {info.get('layers', '?')}, {head.recipe.pool}-pooled",
+        f"tickets: {source} ({t['n']}: {counts}) in {seconds:.1f} s",
+    ]
+    if t.get("missing"):
+        lines.append(f"warning: no tickets for {', '.join(t['missing'])}: the head will never choose them")
+    if t.get("cv_accuracy") is None:
+        lines.append("cross-validation: skipped (a label has a single ticket); L2 1e-2")
+        return "\n".join(lines)
+    lines += [
+        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g})",
+        "",
+        "confusion matrix, out of fold (rows: true label, columns: predicted)",
+        " " * width + "".join(f"{lab:>{width}}" for lab in t["cv_labels"]),
+    ]
+    for lab, row in zip(t["cv_labels"], t["cv_confusion"], strict=True):
+        lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    return "\n".join(lines)
