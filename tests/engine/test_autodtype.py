@@ -160,3 +160,25 @@ def test_load_measures_only_for_auto(tiny_dir: Path, tmp_path: Path) -> None:
     loaded, decision = autodtype.load(str(tiny_dir), task, lambda m: Engine(m, task), cache_dir=tmp_path)
     assert decision is not None and loaded.dtype_name == decision.chosen
     assert decision.key["model"] == autodtype.model_digest(str(tiny_dir))
+
+
+def test_engine_load_logs_what_it_chose(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``worker_start`` logs: the dtype decision (measured, then cached) and the threads rule."""
+    from worker.engine.options import EngineOptions
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path))
+    before = torch.get_num_threads()
+    try:
+        first = Engine.load(EngineOptions(model=str(tiny_dir), threads=1)).describe()
+        again = Engine.load(EngineOptions(model=str(tiny_dir), threads=1)).describe()
+        fixed = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", threads=1)).describe()
+    finally:
+        torch.set_num_threads(before)
+    assert first["dtype_chosen"] == first["dtype"] and not first["dtype_cached"]
+    assert set(first["dtype_pass_ms"]) == {"float32", "bfloat16"}
+    assert again["dtype_cached"] and again["dtype_chosen"] == first["dtype_chosen"]
+    assert fixed["dtype_chosen"] == "float32" and "dtype_pass_ms" not in fixed
+    assert first["threads"] == 1 and "operator" in first["threads_rule"] and first["processes_suggested"] >= 1
+    assert len(list((tmp_path / "dtype").iterdir())) == 1
