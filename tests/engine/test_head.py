@@ -311,3 +311,17 @@ def test_train_from_redis_corrections_and_publish(
     version, data = current
     published = Head.from_bytes(data, version=version)
     assert published.training["n"] == 12 and published.name == version
+
+
+def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:
+    from worker.engine.options import EngineOptions
+    from worker.engine.task import DEFAULT_TASK_PATH
+
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8")
+    text = text.replace('head_data = "../data/head_train.csv"', 'head = "heads/support.head"')
+    (tmp_path / "task.toml").write_text(text, encoding="utf-8")
+    head.save(tmp_path / "heads" / "support.head")
+    options = EngineOptions(model=str(tiny_dir), dtype="float32", task=str(tmp_path / "task.toml"))
+    engine = Engine.load(options)
+    assert engine.head is not None and engine.head.id == head.id
+    assert Engine.load(replace(options, head="none")).head is None
