@@ -70,14 +70,14 @@ def test_fitting_is_deterministic(engine: Engine, head: Head) -> None:
     assert t["cv_folds"] == 5 and 0.0 <= t["cv_accuracy"] <= 1.0
 
 
-def test_fit_separates_separable_data_and_folds_are_stratified() -> None:
+def test_fit_learns_overlapping_clusters_and_folds_are_stratified() -> None:
     gen = torch.Generator().manual_seed(0)
-    centers = torch.randn(3, 8, generator=gen) * 4
+    centers = torch.randn(3, 8, generator=gen) * 1.5  # overlapping a little: a finite optimum, quickly found
     y = [i % 3 for i in range(90)]
     x = centers[y] + torch.randn(90, 8, generator=gen)
     f = fit(x, y, 3)
-    assert f.cv_accuracy is not None and f.cv_accuracy > 0.95
-    assert ((x @ f.weight.T + f.bias).argmax(1) == torch.tensor(y)).float().mean() > 0.95
+    assert f.cv_accuracy is not None and f.cv_accuracy > 0.8
+    assert ((x @ f.weight.T + f.bias).argmax(1) == torch.tensor(y)).float().mean() > 0.8
     folds = stratified_folds(y, 5, seed=1)
     for c in range(3):
         assert sorted(folds[i] for i in range(90) if y[i] == c) == sorted([0, 1, 2, 3, 4] * 6)
