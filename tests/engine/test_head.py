@@ -70,14 +70,14 @@ def test_fitting_is_deterministic(engine: Engine, head: Head) -> None:
     assert t["cv_folds"] == 5 and 0.0 <= t["cv_accuracy"] <= 1.0
 
 
-def test_fit_separates_separable_data_and_folds_are_stratified() -> None:
+def test_fit_learns_overlapping_clusters_and_folds_are_stratified() -> None:
     gen = torch.Generator().manual_seed(0)
-    centers = torch.randn(3, 8, generator=gen) * 4
+    centers = torch.randn(3, 8, generator=gen) * 1.5  # overlapping a little: a finite optimum, quickly found
     y = [i % 3 for i in range(90)]
     x = centers[y] + torch.randn(90, 8, generator=gen)
     f = fit(x, y, 3)
-    assert f.cv_accuracy is not None and f.cv_accuracy > 0.95
-    assert ((x @ f.weight.T + f.bias).argmax(1) == torch.tensor(y)).float().mean() > 0.95
+    assert f.cv_accuracy is not None and f.cv_accuracy > 0.8
+    assert ((x @ f.weight.T + f.bias).argmax(1) == torch.tensor(y)).float().mean() > 0.8
     folds = stratified_folds(y, 5, seed=1)
     for c in range(3):
         assert sorted(folds[i] for i in range(90) if y[i] == c) == sorted([0, 1, 2, 3, 4] * 6)
@@ -311,3 +311,17 @@ def test_train_from_redis_corrections_and_publish(
     version, data = current
     published = Head.from_bytes(data, version=version)
     assert published.training["n"] == 12 and published.name == version
+
+
+def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:
+    from worker.engine.options import EngineOptions
+    from worker.engine.task import DEFAULT_TASK_PATH
+
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8")
+    text = text.replace('head_data = "../data/head_train.csv"', 'head = "heads/support.head"')
+    (tmp_path / "task.toml").write_text(text, encoding="utf-8")
+    head.save(tmp_path / "heads" / "support.head")
+    options = EngineOptions(model=str(tiny_dir), dtype="float32", task=str(tmp_path / "task.toml"))
+    engine = Engine.load(options)
+    assert engine.head is not None and engine.head.id == head.id
+    assert Engine.load(replace(options, head="none")).head is None

@@ -163,3 +163,9 @@ def test_flag_routes_win_over_the_task_files_label_by_label() -> None:
         "task.h",
     )
     assert merge_routes(parse(["--route-handler", "cli.h"]), loaded)[1] == "cli.h"
+
+
+def test_the_head_comes_from_the_flag_or_ticketq_head() -> None:
+    assert parse([]).engine.head is None  # the task's own head, if it has one
+    assert parse([], {"TICKETQ_HEAD": "none"}).engine.head == "none"
+    assert parse(["--head", "my.head"], {"TICKETQ_HEAD": "none"}).engine.head == "my.head"
