@@ -93,6 +93,15 @@ def test_a_prefix_in_use_is_refused_and_left_alone(tiny_dir, redis_url, prefix, 
     assert r.llen(f"{prefix}-e2e0:tickets") == 1
 
 
+def test_the_flop_bound_is_against_the_baseline_that_ran(tiny_dir, tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    assert (
+        _bench(tiny_dir, "redis://unused", "unused", "--quick", "--modes", "engine", "--json", str(out)) == 0
+    )
+    [engine] = json.loads(out.read_text())["modes"]
+    assert engine["speedup"] == 1.0 and engine["flop_bound"] == 1.0 and engine["of_bound"] == 1.0
+
+
 def test_the_peer_reports_itself_not_installed(tiny_dir, tmp_path, capsys) -> None:
     from worker.bench import peer
 

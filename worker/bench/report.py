@@ -56,7 +56,7 @@ class Report:
     agreements: dict[str, Agreement]
     matmul_peak_gflops: float | None = None
     engine_gflops: float | None = None
-    # mode -> (FLOPs its method needed for its tickets, FLOPs per-item's method needs for the same tickets)
+    # mode -> (FLOPs its method needed for its tickets, FLOPs the baseline's method needs for the same ones)
     flops: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. what dtype auto chose, a mode that could not run
 
@@ -67,7 +67,8 @@ class Report:
         return self.engine_gflops / self.matmul_peak_gflops
 
     def bound(self, mode: ModeResult) -> float | None:
-        """The speed-up over per-item that the FLOP ratio allows at equal efficiency."""
+        """The speed-up over the baseline (per-item when it ran) that the FLOP ratio allows at equal
+        efficiency."""
         f = self.flops.get(mode.name)
         return f[1] / f[0] if f and f[0] > 0 else None
 

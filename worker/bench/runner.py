@@ -82,7 +82,8 @@ def bench(
     if "head" in names:
         _compare_head(results[names.index("head")], results, items)
     baseline = results[names.index(BASELINE) if BASELINE in names else 0]
-    flops = _flops(engine, loaded, results, dict(zip((it.id for it in items), lengths, strict=True)))
+    by_id = dict(zip((it.id for it in items), lengths, strict=True))
+    flops = _flops(engine, loaded, results, by_id, method_of(baseline.name))
     report = Report(
         machine=machine,
         model=loaded.name,
@@ -102,9 +103,13 @@ def bench(
 
 
 def _flops(
-    engine: Engine, loaded: LoadedModel, results: list[ModeResult], lengths: dict[str, int]
+    engine: Engine,
+    loaded: LoadedModel,
+    results: list[ModeResult],
+    lengths: dict[str, int],
+    baseline: str,
 ) -> dict[str, tuple[float, float]]:
-    """Per mode: the FLOPs its method needed for its tickets, and per-item's method for the same ones."""
+    """Per mode: the FLOPs its method needed for its tickets, and the baseline's method for the same ones."""
     fm = FlopModel.of(
         loaded.model,
         len(engine.prompt.prefix_ids),
@@ -116,7 +121,7 @@ def _flops(
         if r.name == "head":  # not a method the FLOP model describes (fewer layers, no label tree)
             continue
         mine = [lengths[i] for i in r.ids if i in lengths]
-        out[r.name] = (fm.total(method_of(r.name), mine), fm.total("uncached", mine))
+        out[r.name] = (fm.total(method_of(r.name), mine), fm.total(baseline, mine))
     return out
 
 
