@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from texts import varied_texts
 
 from worker.engine import autodtype
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel, load_model
 from worker.engine.reference import ReferenceScorer
 from worker.engine.task import load_task
-
-from .texts import varied_texts
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
