@@ -109,3 +109,19 @@ def proxy(redis_url: str) -> Iterator[Proxy]:
     p = Proxy(parts.get("host", "127.0.0.1"), int(parts.get("port", 6379)))
     yield p
     p.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Undo whatever logging set-up a test (or a CLI run in-process) made, so the next test starts from
+    structlog's defaults and a root logger without ticketq's handler."""
+    import logging
+
+    import structlog
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    yield
+    structlog.reset_defaults()
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])

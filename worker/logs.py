@@ -18,7 +18,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -67,7 +67,7 @@ def configure(
 
     ``fmt`` is auto, json or console; ``bind`` fields go into every event, e.g. ``worker_id``.
     ``stdlib`` (default: when logging to the process's stderr) routes ``logging`` records too."""
-    out = stream or sys.stderr
+    out = stream or cast(TextIO, _Stderr())
     console = fmt == "console" or (fmt == "auto" and out.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -114,6 +114,25 @@ def _route_stdlib(out: TextIO, threshold: int, shared: list[Any], tail: list[Any
     # Libraries are chatty at info (transformers' load reports): warnings and up, unless asked.
     root.setLevel(max(threshold, logging.WARNING) if threshold > logging.DEBUG else logging.DEBUG)
     logging.captureWarnings(True)
+    if "transformers" in sys.modules:  # imported before us: its records stop at its own handler
+        with contextlib.suppress(Exception):
+            hf_logging = sys.modules["transformers"].utils.logging
+            hf_logging.disable_default_handler()
+            hf_logging.enable_propagation()
+
+
+class _Stderr:
+    """The process's stderr as it is when a line is written, not when logging was configured: a
+    replaced ``sys.stderr`` (a test's capture, a daemon's redirect) may be closed by then."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
 
 
 def _quiet_progress_bars() -> None:

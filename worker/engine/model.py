@@ -83,6 +83,19 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _share_transformers_logging() -> None:
+    """transformers writes its records with a handler of its own and stops them from propagating. When
+    the application has configured logging (the worker's JSON lines), hand the records to it instead, so
+    a log shipper sees one format; a bare script keeps transformers' default."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    if logging.getLogger().handlers:
+        hf_logging.disable_default_handler()
+        hf_logging.enable_propagation()
+
+
 def converted_gguf(gguf: Path) -> Path:
     """Convert a GGUF to a transformers directory once; return the cached directory."""
     # Key on the content, but hash only when size/mtime changed: hashing 100 MB costs ~0.2 s each start.
@@ -183,6 +196,7 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
     """Load ``spec``: ``smollm2`` (embedded), a .gguf file, a local directory or a hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    _share_transformers_logging()
     start = time.perf_counter()
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
