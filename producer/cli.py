@@ -26,9 +26,8 @@ import redis
 
 from producer.client import Client, LabelError, encode
 from producer.files import FORMATS, FileError, parse
-from producer.protocol import DEFAULT_PREFIX, BadTicket
-
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+from producer.options import add_redis_arguments
+from producer.protocol import BadTicket
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,22 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ticketq-producer", description="Feed tickets to ticketq and read what it made of them."
     )
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
-        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
-    )
-    parser.add_argument(
-        "--prefix",
-        default=os.environ.get("TICKETQ_PREFIX", DEFAULT_PREFIX),
-        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
-    )
-    parser.add_argument(
-        "--cluster",
-        action="store_true",
-        default=os.environ.get("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes", "on"),
-        help="Redis Cluster (--redis-url names any node; the prefix gets a hash tag) [env TICKETQ_CLUSTER]",
-    )
+    add_redis_arguments(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")

@@ -16,17 +16,14 @@ import json
 import os
 import socket
 
-from producer.protocol import DEFAULT_PREFIX, Keys, cluster_prefix
-from worker.settings import DEFAULT_REDIS_URL, mask_url
+from producer.options import add_redis_arguments
+from producer.protocol import Keys, cluster_prefix
+from worker.settings import mask_url
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    parser.add_argument("--redis-url", default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL))
-    parser.add_argument("--prefix", default=env("TICKETQ_PREFIX", DEFAULT_PREFIX))
-    parser.add_argument(
-        "--cluster", action="store_true", default=env("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes")
-    )
+    add_redis_arguments(parser)
     parser.add_argument(
         "--worker-id",
         default=env("TICKETQ_WORKER_ID"),

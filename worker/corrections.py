@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from producer.client import Client
 from producer.learning import Correction
-from producer.protocol import DEFAULT_PREFIX
-from worker.settings import DEFAULT_REDIS_URL
+from producer.options import add_redis_arguments
 
 
 class CorrectionsError(ValueError):
@@ -42,7 +41,6 @@ class TrainingSet:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The Redis side of ``ticketq-worker train``: where corrections come from and heads go to."""
-    env = os.environ.get
     group = parser.add_argument_group("corrections and publishing (Redis)")
     group.add_argument(
         "--from-redis",
@@ -54,23 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="publish the head in Redis: every running worker loads it at its next drain, no restart",
     )
-    group.add_argument(
-        "--redis-url",
-        default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
-        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
-    )
-    group.add_argument(
-        "--prefix",
-        default=env("TICKETQ_PREFIX", DEFAULT_PREFIX),
-        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
-    )
-    group.add_argument(
-        "--cluster",
-        action="store_true",
-        default=env("TICKETQ_CLUSTER", "").lower() in ("1", "true", "yes"),
-        help="Redis Cluster [env TICKETQ_CLUSTER=1]",
-    )
-    group.add_argument("--by", default=env("USER"), help="who published the head (default $USER)")
+    add_redis_arguments(group)
+    group.add_argument("--by", default=os.environ.get("USER"), help="who published the head (default $USER)")
 
 
 def uses_redis(args: argparse.Namespace) -> bool:

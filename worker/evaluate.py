@@ -93,18 +93,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 2
-    from worker.engine import Engine
-    from worker.engine.head import HeadError
-    from worker.engine.model import ModelError
-
-    try:
-        engine = Engine.load(options, log=head_log("eval"))
-    except HeadError as exc:
-        print(f"ticketq-worker eval: {exc}", file=sys.stderr)
-        return 2
-    except ModelError as exc:
-        print(f"ticketq-worker eval: {exc}", file=sys.stderr)
-        return 1
+    engine = load_engine("eval", options)
+    if isinstance(engine, int):
+        return engine
     truth = [it.label or "" for it in items]
     predicted, seconds = _classify(engine, items)
     scores = score(task.labels, truth, predicted)
@@ -121,6 +112,20 @@ def run(args: argparse.Namespace) -> int:
         out = to_json(scores, info, args.tickets, seconds, zero_shot)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+def load_engine(command: str, options: EngineOptions) -> Any:
+    """The engine for an operator command, or its exit status after one line on stderr: 2 for a head that
+    does not fit the model or task (a configuration error), 1 for a model that cannot be loaded."""
+    from worker.engine import Engine
+    from worker.engine.head import HeadError
+    from worker.engine.model import ModelError
+
+    try:
+        return Engine.load(options, log=head_log(command))
+    except (HeadError, ModelError) as exc:
+        print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, HeadError) else 1
 
 
 def head_log(command: str) -> Any:

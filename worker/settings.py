@@ -17,12 +17,13 @@ from urllib.parse import urlsplit
 
 from producer.client import mask_url as mask_url  # re-exported: one helper, in the light package
 from producer.learning import DEFAULT_KEEP_TEXT_S
+from producer.options import DEFAULT_REDIS_URL as DEFAULT_REDIS_URL  # re-exported for the worker's modules
+from producer.options import TRUE_WORDS
 from producer.protocol import DEFAULT_PREFIX
 from worker.engine.options import FLAGS as ENGINE_FLAGS
 from worker.engine.options import EngineOptions, add_engine_arguments
 from worker.errors import ConfigError
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -211,7 +212,7 @@ def _env(flag: str) -> str:
 
 def _from_env(kind: type, raw: str) -> Any:
     if kind is bool:
-        if raw.lower() in ("1", "true", "yes", "on"):
+        if raw.lower() in TRUE_WORDS:
             return True
         if raw.lower() in ("0", "false", "no", "off"):
             return False

@@ -82,14 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
-    from worker.engine import Engine
-    from worker.engine.model import ModelError
     from worker.engine.training import train_head
+    from worker.evaluate import load_engine
 
-    try:
-        engine = Engine.load(options)
-    except ModelError as exc:
-        return fail(str(exc), 1)
+    engine = load_engine("train", options)
+    if isinstance(engine, int):
+        return engine
     start = time.perf_counter()
     with Progress() as progress:
         head = train_head(engine, [it.text for it in items], labels, seed=args.seed, progress=progress)

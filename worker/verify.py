@@ -33,7 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from worker.engine.engine import Engine
     from worker.engine.reference import ReferenceScorer
 
     try:
@@ -42,14 +41,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
         return 2
-    from worker.engine.head import HeadError
-    from worker.evaluate import head_log
+    from worker.evaluate import load_engine
 
-    try:
-        engine = Engine.load(options, log=head_log("verify"))
-    except HeadError as exc:
-        print(f"ticketq-worker verify: {exc}", file=sys.stderr)
-        return 2
+    engine = load_engine("verify", options)
+    if isinstance(engine, int):
+        return engine
     loaded, task = engine.loaded, engine.task
     reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
     print(

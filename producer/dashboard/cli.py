@@ -18,9 +18,7 @@ import redis
 from producer.client import Client, mask_url
 from producer.dashboard.app import LOW_CONFIDENCE, Config, create_app
 from producer.dashboard.security import Auth
-from producer.protocol import DEFAULT_PREFIX
-
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+from producer.options import add_redis_arguments
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,16 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ticketq-dashboard", description="Watch the queue live, correct labels, replay dead letters."
     )
-    p.add_argument(
-        "--redis-url",
-        default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
-        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
-    )
-    p.add_argument(
-        "--prefix",
-        default=env("TICKETQ_PREFIX", DEFAULT_PREFIX),
-        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
-    )
+    add_redis_arguments(p)
     p.add_argument(
         "--host",
         default=env("TICKETQ_DASHBOARD_HOST", "127.0.0.1"),
@@ -98,7 +87,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     config = config_from_args(args)
-    client = Client.from_url(config.redis_url, config.prefix, socket_connect_timeout=5)
+    client = Client.from_url(config.redis_url, config.prefix, cluster=args.cluster, socket_connect_timeout=5)
     try:
         client.redis.ping()
     except redis.RedisError as exc:

@@ -23,13 +23,15 @@ from typing import Any
 
 import torch
 
+from worker.engine.autodtype import cpu_field
+
 
 def machine_info() -> dict[str, Any]:
-    flags = _cpu_field("flags").split()
+    flags = cpu_field("flags").split()
     import transformers
 
     return {
-        "cpu": _cpu_field("model name") or platform.processor() or "unknown",
+        "cpu": cpu_field("model name") or platform.processor() or "unknown",
         "cores": cores(),
         "amx_bf16": "amx_bf16" in flags,
         "avx512_bf16": "avx512_bf16" in flags,
@@ -44,18 +46,6 @@ def machine_info() -> dict[str, Any]:
 def cores() -> int:
     """CPUs this process may run on (a container's limit, not the host's count)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _cpu_field(name: str) -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
-            return value.strip()
-    return ""
 
 
 class CpuMeter:

@@ -230,8 +230,8 @@ def machine_key(device: torch.device) -> dict[str, str]:
         major, minor = torch.cuda.get_device_capability(idx)
         hw = f"{torch.cuda.get_device_name(idx)} sm_{major}{minor}"
     else:
-        flags = hashlib.sha256(_cpu_field("flags").encode()).hexdigest()[:12]
-        hw = f"{_cpu_field('model name') or 'cpu'} flags:{flags}"
+        flags = hashlib.sha256(cpu_field("flags").encode()).hexdigest()[:12]
+        hw = f"{cpu_field('model name') or 'cpu'} flags:{flags}"
     return {"device": device.type, "hardware": hw, "torch": torch.__version__}
 
 
@@ -321,7 +321,8 @@ def choose(
     return models[chosen], decision
 
 
-def _cpu_field(name: str) -> str:
+def cpu_field(name: str) -> str:
+    """One field of /proc/cpuinfo's first processor (``model name``, ``flags``); empty elsewhere."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
