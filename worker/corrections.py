@@ -31,6 +31,7 @@ class TrainingSet:
     labels: list[str] = field(default_factory=list)
     from_redis: int = 0  # corrections used
     from_file: int = 0  # file rows used (a row whose id was corrected is replaced, not counted)
+    corrected: dict[int, str | None] = field(default_factory=dict)  # row -> the worker's label, if known
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -73,15 +74,17 @@ def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, st
     """File ``rows`` (id, text, label) then the corrections; a correction replaces the row with its id.
 
     The labels are checked against the task by the trainer (``check_training_labels``), not here."""
-    by_id: dict[str, tuple[str, str, bool]] = {tid: (text, label, False) for tid, text, label in rows}
+    by_id: dict[str, tuple[str, str, Correction | None]] = {tid: (text, lab, None) for tid, text, lab in rows}
     for c in corrections:
-        by_id[c.id] = (c.text, c.label, True)
+        by_id[c.id] = (c.text, c.label, c)
     out = TrainingSet()
-    for tid, (text, label, corrected) in by_id.items():
+    for tid, (text, label, correction) in by_id.items():
+        if correction is not None:
+            out.corrected[len(out.texts)] = correction.was
         out.ids.append(tid)
         out.texts.append(text)
         out.labels.append(label)
-        if corrected:
+        if correction is not None:
             out.from_redis += 1
         else:
             out.from_file += 1

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from worker.evaluate import check_labels
 
     source = args.tickets or ""
+    corrected: dict[int, str | None] = {}
     try:
         options = replace(EngineOptions.from_args(args), head="none")  # train with features, not a head
         if not (args.tickets or args.from_redis):
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             rows = [(it.id, it.text, it.label or "") for it in items]
             found = corrections.training_set(corrections.read_corrections(redis_client), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
+            corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
                 f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
             )
@@ -90,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         return engine
     start = time.perf_counter()
     with Progress() as progress:
-        head = train_head(engine, [it.text for it in items], labels, seed=args.seed, progress=progress)
+        head = train_head(
+            engine, [it.text for it in items], labels, seed=args.seed, progress=progress, corrected=corrected
+        )
     seconds = time.perf_counter() - start
     print(report(head, engine.describe(), source, seconds))
     if out is not None:
@@ -153,4 +157,14 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     ]
     for lab, row in zip(t["cv_labels"], t["cv_confusion"], strict=True):
         lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    if "corrections_n" in t:
+        before = t.get("corrections_accuracy_before")
+        after = t.get("corrections_accuracy_after")
+        lines += [
+            "",
+            f"on the {t['corrections_n']} corrected tickets: the worker's labels were right on "
+            + ("(unknown)" if before is None else f"{before:.1%}")
+            + "; the new head, out of fold, on "
+            + ("(not cross-validated)" if after is None else f"{after:.1%}"),
+        ]
     return "\n".join(lines)

@@ -292,16 +292,9 @@ class HeadInfo:
     @property
     def correction_accuracy(self) -> tuple[Any, Any] | None:
         """Accuracy on the corrections before and after training, when the trainer recorded them."""
-        t = self.training
-        for before, after in (
-            ("corrections_accuracy_before", "corrections_accuracy_after"),
-            ("corrections_before", "corrections_after"),
-        ):
-            if before in t and after in t:
-                return t[before], t[after]
-        nested = t.get("corrections")
-        if isinstance(nested, dict) and "accuracy_before" in nested and "accuracy_after" in nested:
-            return nested["accuracy_before"], nested["accuracy_after"]
+        t = self.training  # written by worker/engine/training.py (_on_corrections)
+        if "corrections_accuracy_before" in t and "corrections_accuracy_after" in t:
+            return t["corrections_accuracy_before"], t["corrections_accuracy_after"]
         return None
 
 

@@ -21,6 +21,7 @@ from tinymodel import build_tiny_llama
 
 from producer.client import Client
 from producer.protocol import Keys
+from worker.engine.head import Head
 from worker.launch import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,11 @@ def test_corrections_train_publish_and_both_workers_switch_without_restart(
         done = subprocess.run(train, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert "as version 1: running workers load it" in done.stdout
+        # every one of the 50 was wrong before; what the head gets on them, out of fold, is recorded beside it
+        assert "on the 50 corrected tickets: the worker's labels were right on 0.0%" in done.stdout
+        training = Head.load(tmp_path / "fixed.head").training
+        assert training["corrections_n"] == 50 and training["corrections_accuracy_before"] == 0.0
+        assert 0.0 <= training["corrections_accuracy_after"] <= 1.0
 
         def loaded(w: WorkerProcess) -> bool:
             return any(e["event"] == "head_loaded" and e.get("version") == "1" for e in w.events())

@@ -26,6 +26,7 @@ class Fit:
     cv_confusion: list[list[int]] | None  # [true][predicted] out-of-fold, at the chosen l2
     folds: int
     cv_by_l2: dict[float, float]
+    cv_predicted: list[int] | None = None  # each row's out-of-fold prediction, at the chosen l2
 
 
 def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,6 +100,7 @@ def fit(
     total, done = (len(grid) * k if k >= 2 else 0) + 1, 0
     cv: dict[float, float] = {}
     confusion: dict[float, list[list[int]]] = {}
+    out_of_fold: dict[float, list[int]] = {}
     if k >= 2:
         fold = torch.tensor(stratified_folds(target.tolist(), k, seed))
         for l2 in grid:
@@ -111,6 +113,7 @@ def fit(
                 if progress:
                     progress(done, total)
             cv[l2] = float((predicted == target).double().mean())
+            out_of_fold[l2] = predicted.tolist()
             m = torch.zeros(classes, classes, dtype=torch.long)
             m.index_put_((target, predicted), torch.ones_like(target), accumulate=True)
             confusion[l2] = m.tolist()
@@ -128,4 +131,5 @@ def fit(
         cv_confusion=confusion.get(best),
         folds=k if k >= 2 else 0,
         cv_by_l2=cv,
+        cv_predicted=out_of_fold.get(best),
     )

@@ -6,9 +6,9 @@ import hashlib
 import importlib.metadata
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -54,11 +54,14 @@ def train_head(
     seed: int = 0,
     progress: Progress | None = None,
     recipe: Recipe | None = None,
+    corrected: Mapping[int, str | None] | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
     Every label must be one of the task's, and at least two must occur. A task label with no ticket gets
-    a head row that never wins (and ``training["missing"]`` names it)."""
+    a head row that never wins (and ``training["missing"]`` names it). ``corrected`` maps the rows that are
+    people's corrections to the label the worker had given (None: unknown); the head then records how
+    often those labels were right before (the worker's) and after (the new head, out of fold)."""
     if len(texts) != len(labels):
         raise TrainingError(f"{len(texts)} texts but {len(labels)} labels")
     task_labels = list(engine.task.labels)
@@ -104,8 +107,27 @@ def train_head(
             "seed": seed,
             "dtype": engine.loaded.dtype_name,
             "ticketq_version": _version(),
+            **_on_corrections(corrected or {}, labels, present, result.cv_predicted),
         },
     )
+
+
+def _on_corrections(
+    corrected: Mapping[int, str | None], labels: list[str], present: list[str], out_of_fold: list[int] | None
+) -> dict[str, Any]:
+    """Accuracy on the corrected rows: the worker's labels (before) and the new head's out-of-fold
+    predictions (after: each row predicted by a head that did not train on it, so not flattered)."""
+    if not corrected:
+        return {}
+    out: dict[str, Any] = {"corrections_n": len(corrected)}
+    known = [(row, was) for row, was in corrected.items() if was is not None]
+    if known:
+        right = sum(was == labels[row] for row, was in known)
+        out["corrections_accuracy_before"] = round(right / len(known), 4)
+    if out_of_fold is not None:
+        right = sum(present[out_of_fold[row]] == labels[row] for row in corrected)
+        out["corrections_accuracy_after"] = round(right / len(corrected), 4)
+    return out
 
 
 def _version() -> str:
