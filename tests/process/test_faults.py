@@ -11,90 +11,26 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-from support import need_binary, tickets, wait_for
+from faultkit import FAKE, KEYS, MB, all_accounted, cli, events
+from support import tickets, wait_for
 
-from producer.client import Client
-from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Keys, Result, payload_digest
+from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Result, payload_digest
 from tools.chaos.fleet import Fleet
 from tools.redis_server import RedisServer
 from worker.launch import WorkerProcess
 
 pytestmark = [pytest.mark.redis, pytest.mark.process]
 
-ROOT = Path(__file__).resolve().parents[2]
-FAKE = "fake:billing,technical,account"
-FAKEWORKER = "tools.fakeworker"  # the real service with the fake classifier
-KEYS = Keys("{faults}")  # on the throwaway servers; the shared one gets a fresh prefix per test
-MB = 1024 * 1024
-
-
-# -- throwaway servers and real workers ------------------------------------------------------------------
-
-
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
-    """Makes redis-servers (not started) on free loopback ports; every one is killed afterwards."""
-    need_binary("redis-server")
-    made: list[RedisServer] = []
-
-    def make(**kwargs: Any) -> RedisServer:
-        server = RedisServer(tmp_path / f"redis-{len(made)}", **kwargs)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.crash()
-
-
-@pytest.fixture
-def fleets(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
-    """Makes fleets of fake-model worker processes; any still running afterwards is killed."""
-    made: list[Fleet] = []
-
-    def make(url: str, *flags: str, prefix: str = KEYS.prefix, name_clients: bool = True) -> Fleet:
-        logs = tmp_path / f"logs-{len(made)}"
-        logs.mkdir()
-        fleet = Fleet(
-            url, prefix, logs, ["--model", FAKE, *flags], name_clients=name_clients, module=FAKEWORKER
-        )
-        made.append(fleet)
-        return fleet
-
-    yield make
-    for fleet in made:
-        fleet.kill_all()
-
 
 def started(r: redis.Redis, worker: WorkerProcess) -> WorkerProcess:
     wait_for(lambda: r.exists(KEYS.heartbeat(worker.id)), 15, f"{worker.id} to start")
     return worker
-
-
-def events(worker: WorkerProcess, name: str) -> list[dict[str, Any]]:
-    return [e for e in worker.events() if e.get("event") == name]
-
-
-def cli(url: str, *args: str | bytes, stdin: bytes | None = None, dropped_ok: bool = False) -> bytes:
-    """redis-cli, the way an outside user would push; ``-x`` reads the last argument from ``stdin``.
-    Returns what it printed: the reply, or the error (redis-cli exits 0 on a refused command).
-    ``dropped_ok``: the server may also close the connection while the command is still being sent
-    (its answer to an oversized bulk); then the error redis-cli printed is returned."""
-    need_binary("redis-cli")
-    argv = [b"redis-cli", b"-u", url.encode(), *(a.encode() if isinstance(a, str) else a for a in args)]
-    done = subprocess.run(argv, input=stdin, capture_output=True, timeout=30)
-    if dropped_ok and done.returncode != 0 and b"Connection reset" in done.stderr:
-        return done.stderr
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def proc_kb(pid: int, field: str) -> int:
@@ -109,12 +45,6 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def all_accounted(r: redis.Redis, results: int, dead: int) -> None:
-    assert r.hlen(KEYS.results) == results and r.llen(KEYS.dead) == dead
-    assert r.llen(KEYS.tickets) == 0
-    assert not any(r.llen(k) for k in r.scan_iter(match=KEYS.inflight("*")))
 
 
 # -- bad inputs, pushed with redis-cli ---------------------------------------------------------------------
@@ -316,117 +246,3 @@ def test_a_full_redis_makes_the_worker_wait_not_crash(
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     all_accounted(r, 100, 0)
-
-
-# -- credentials -----------------------------------------------------------------------------------------
-
-
-def test_a_password_in_the_url_works_and_never_reaches_the_logs(
-    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
-) -> None:
-    secret = "pw-" + os.urandom(8).hex()
-    server = servers(password=secret)
-    server.start()
-    r = server.client()
-    r.lpush(KEYS.tickets, *tickets(20))
-    worker = fleets(server.url).spawn("--burst")
-    assert worker.proc.wait(30) == 0
-    assert r.hlen(KEYS.results) == 20
-    wrong = "pw-" + os.urandom(8).hex()
-    refused = fleets(server.url.replace(secret, wrong)).spawn()
-    assert refused.proc.wait(10) == 3  # a wrong password is fatal at once, not an outage retried forever
-    assert "AuthenticationError" in events(refused, "fatal")[0]["error"]
-    for w in (worker, refused):
-        text = w.log.read_text()
-        assert secret not in text and wrong not in text
-        assert ":***@" in text  # the URL is logged, masked
-
-
-def test_a_tls_url_with_a_password_works_and_the_password_is_not_logged(
-    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet], tmp_path: Path
-) -> None:
-    need_binary("openssl")
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    argv = [
-        "openssl",
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]
-    argv += [
-        "-addext",
-        "subjectAltName=IP:127.0.0.1",
-        "-keyout",
-        str(tls / "key.pem"),
-        "-out",
-        str(tls / "cert.pem"),
-    ]
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)  # a self-signed certificate
-    secret = "pw-" + os.urandom(8).hex()
-    server = servers(password=secret, tls=tls)
-    server.start()
-    assert server.url.startswith("rediss://")
-    r = server.client()
-    r.lpush(KEYS.tickets, *tickets(20))
-    worker = fleets(server.url).spawn("--burst")
-    assert worker.proc.wait(30) == 0
-    all_accounted(r, 20, 0)
-    text = worker.log.read_text()
-    assert secret not in text and "rediss://:***@" in text
-
-
-def test_the_acls_in_the_threat_model_work_as_written(
-    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
-) -> None:
-    doc = (ROOT / "docs" / "threat-model.md").read_text()
-    rules = {
-        line.split()[2]: line.split() for line in doc.splitlines() if line.startswith("ACL SETUSER ticketq-")
-    }
-    assert set(rules) == {"ticketq-producer", "ticketq-waiter", "ticketq-worker"}
-    server = servers(password="admin-" + os.urandom(8).hex())
-    server.start()
-    admin = server.client()
-    for rule in rules.values():
-        admin.execute_command(*rule)
-    admin.config_set("proto-max-bulk-len", "1mb")  # as the document advises
-
-    def url(user: str) -> str:
-        password = next(t[1:] for t in rules[user] if t.startswith(">"))
-        return f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
-
-    keys = Keys("ticketq")
-    admin.sadd(keys.workers, "ghost")  # a dead peer's claim: recovery runs as the worker user too
-    admin.lpush(keys.inflight("ghost"), b'{"id": "g1", "text": "billing: left behind"}')
-    worker = fleets(url("ticketq-worker"), "--heartbeat-s", "1", prefix="ticketq", name_clients=False).spawn()
-    waiter = Client.from_url(url("ticketq-waiter"), prefix="ticketq")
-    waited = waiter.push_and_wait([{"id": f"a{n}", "text": "account: locked out"} for n in range(10)], 20)
-    assert len(waited.results) == 10 and waited.complete
-    producer = url("ticketq-producer")
-    assert cli(producer, "LPUSH", keys.tickets, "not json").strip() == b"1"
-    assert cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 900_000).strip() == b"1"
-    too_big = cli(producer, "-x", "LPUSH", keys.tickets, stdin=b"x" * 2 * MB, dropped_ok=True)
-    assert b"invalid bulk length" in too_big or b"Connection reset" in too_big, too_big
-    for refused in (
-        ["HSET", keys.results, "a0", "forged"],
-        ["LPUSH", keys.dead, "forged"],
-        ["LRANGE", keys.tickets, "0", "-1"],
-        ["DEL", keys.tickets],
-        ["EVAL", "return 1", "0"],
-        ["PUBLISH", keys.events, '{"ids": [], "dead": {"a0": "forged"}}'],
-        ["LPUSH", "rq:queue:default", "forged"],
-    ):
-        assert cli(producer, *refused).startswith(b"NOPERM"), refused
-    wait_for(lambda: admin.hexists(keys.results, "g1") and admin.llen(keys.dead) == 2, 15, "recovery")
-    reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in admin.lrange(keys.dead, 0, -1))
-    assert reasons == ["not JSON", "payload too large"]
-    assert worker.alive
-    os.kill(worker.proc.pid, signal.SIGTERM)
-    assert worker.proc.wait(10) == 0
-    assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0
