@@ -196,19 +196,31 @@ def table(
             f"{method:<20}{f'{scores.accuracy:.1%} ({scores.correct}/{n})':>20}{n / seconds:>10.1f}"
             f"   ({zs_s / seconds:.1f}x the zero-shot speed, same run)",
         ]
-    lines += [
-        "",
-        "confusion matrix (rows: true label, columns: predicted)",
-        " " * width + "".join(f"{lab:>{width}}" for lab in scores.labels),
-    ]
-    for lab, row in zip(scores.labels, scores.confusion, strict=True):
-        lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
+    lines += ["", *confusion_table(scores.labels, scores.confusion)]
     lines += ["", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for lab, c in scores.per_class.items():
         lines.append(
             f"{lab:<{width}}{_pct(c.precision):>10}{_pct(c.recall):>10}{_pct(c.f1):>10}{c.support:>10}"
         )
     return "\n".join(lines)
+
+
+def confusion_table(labels: Sequence[str], matrix: Sequence[Sequence[int]], note: str = "") -> list[str]:
+    """Rows: true label; columns: predicted. Columns are headed by the label when every label is short,
+    else by its row number, so a matrix of long intent names stays as narrow as its counts."""
+    cell = max(5, len(str(max((max(r) for r in matrix), default=0))) + 2)
+    short = all(len(lab) <= 10 for lab in labels)
+    if short:
+        cell = max(cell, *(len(lab) + 2 for lab in labels))
+    names = list(labels) if short else [str(i + 1) for i in range(len(labels))]
+    rows = list(labels) if short else [f"{i + 1:>2} {lab}" for i, lab in enumerate(labels)]
+    left = max(len(r) for r in rows) + 2
+    columns = "predicted" if short else "predicted, numbered as the rows"
+    out = [f"confusion matrix{note} (rows: true label, columns: {columns})"]
+    out.append(" " * left + "".join(f"{name:>{cell}}" for name in names))
+    for r, row in zip(rows, matrix, strict=True):
+        out.append(f"{r:<{left}}" + "".join(f"{v:>{cell}}" for v in row))
+    return out
 
 
 def to_json(

@@ -28,6 +28,7 @@ import redis
 
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.evaluate import confusion_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,7 +138,6 @@ class Progress:
 
 def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     t = head.training
-    width = max(12, *(len(lab) + 2 for lab in head.labels))
     counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
     lines = [
         f"model: {info['model']} ({info['dtype']}); task: {info['task']}; features: "
@@ -152,11 +152,8 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     lines += [
         f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g})",
         "",
-        "confusion matrix, out of fold (rows: true label, columns: predicted)",
-        " " * width + "".join(f"{lab:>{width}}" for lab in t["cv_labels"]),
+        *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
-    for lab, row in zip(t["cv_labels"], t["cv_confusion"], strict=True):
-        lines.append(f"{lab:<{width}}" + "".join(f"{v:>{width}}" for v in row))
     if "corrections_n" in t:
         before = t.get("corrections_accuracy_before")
         after = t.get("corrections_accuracy_after")

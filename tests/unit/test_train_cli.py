@@ -38,3 +38,16 @@ def test_missing_file_and_bad_task_are_exit_2(tmp_path: Path, capsys: pytest.Cap
     args = ["train", "--task", str(tmp_path / "t.toml"), "--tickets", str(tmp_path / "t.csv"), "--out", "h"]
     assert main(args) == 2
     assert all(line.startswith("ticketq-worker train: ") for line in capsys.readouterr().err.splitlines())
+
+
+def test_a_confusion_matrix_of_long_labels_numbers_its_columns() -> None:
+    from worker.evaluate import confusion_table
+
+    short = confusion_table(["billing", "account"], [[9, 1], [0, 7]])
+    assert short[1].split() == ["billing", "account"] and short[2].split() == ["billing", "9", "1"]
+    labels = ["card_arrival", "transfer_not_received_by_recipient"]
+    long = confusion_table(labels, [[35, 5], [2, 1234]], note=", out of fold")
+    assert long[0].startswith("confusion matrix, out of fold") and "numbered as the rows" in long[0]
+    assert long[1].split() == ["1", "2"] and long[3].split() == ["2", *labels[1:], "2", "1234"]
+    assert max(map(len, long[1:])) < len(labels[1]) + 20  # as wide as the row names and two counts, no wider
+    assert len({len(line) for line in long[1:]}) == 1  # the columns line up

@@ -11,6 +11,7 @@ import hashlib
 import importlib.metadata
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -86,7 +87,8 @@ def _sha256(path: Path) -> str:
 def _share_transformers_logging() -> None:
     """transformers writes its records with a handler of its own and stops them from propagating. When
     the application has configured logging (the worker's JSON lines), hand the records to it instead, so
-    a log shipper sees one format; a bare script keeps transformers' default."""
+    a log shipper sees one format; a bare script keeps transformers' default. Progress bars only on a
+    terminal."""
     import logging
 
     from transformers.utils import logging as hf_logging
@@ -94,6 +96,8 @@ def _share_transformers_logging() -> None:
     if logging.getLogger().handlers:
         hf_logging.disable_default_handler()
         hf_logging.enable_propagation()
+    if not sys.stderr.isatty():  # "Loading weights" bars redraw a terminal line: noise in a file or pipe
+        hf_logging.disable_progress_bar()
 
 
 def converted_gguf(gguf: Path) -> Path:
