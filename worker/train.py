@@ -13,6 +13,9 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
 a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
 running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
+
+Exit codes: 0 done; 1 the model could not be loaded or the head not written; 2 bad input or usage (a head
+that does not fit included); 3 Redis unreachable or refused the credentials; 4 Redis refused a command.
 """
 
 from __future__ import annotations
@@ -44,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def fail(message: str, code: int = 2) -> int:
     print(f"ticketq-worker train: {message}", file=sys.stderr)
     return code
+
+
+def redis_exit(exc: redis.RedisError) -> int:
+    """The producer's codes: 4 when Redis refused a command (ACL, wrong type), else 3 (unreachable, or
+    it refused the credentials)."""
+    return 4 if isinstance(exc, redis.ResponseError) else 3
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
     except redis.RedisError as exc:
-        return fail(f"Redis: {exc}", 1)
+        return fail(f"Redis: {type(exc).__name__}: {exc}", redis_exit(exc))
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
@@ -107,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     if args.publish:
         try:
             version = redis_client.publish_head(head.to_bytes(), by=args.by)
-        except (redis.RedisError, ValueError) as exc:
+        except redis.RedisError as exc:
+            return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
+        except ValueError as exc:
             return fail(f"cannot publish the head: {exc}", 1)
         print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0

@@ -51,3 +51,12 @@ def test_a_confusion_matrix_of_long_labels_numbers_its_columns() -> None:
     assert long[1].split() == ["1", "2"] and long[3].split() == ["2", *labels[1:], "2", "1234"]
     assert max(map(len, long[1:])) < len(labels[1]) + 20  # as wide as the row names and two counts, no wider
     assert len({len(line) for line in long[1:]}) == 1  # the columns line up
+
+
+def test_train_from_an_unreachable_redis_exits_3_like_the_producer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "--from-redis", "--redis-url", "redis://127.0.0.1:1/0", "--out", str(tmp_path / "h")]
+    assert main(argv) == 3  # nothing listens on port 1: refused at once, before any model loads
+    err = capsys.readouterr().err
+    assert err.startswith("ticketq-worker train: Redis: ConnectionError") and err.count("\n") == 1
