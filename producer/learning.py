@@ -19,6 +19,7 @@ MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
 MAX_BY_BYTES = 256
 HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
 MAX_HEAD_BYTES = 64 * 1024 * 1024
+HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head file's JSON
 
 #: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
 #: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
@@ -114,3 +115,21 @@ def label_problem(ticket_id: str, label: str, by: str | None) -> str:
         if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
             return f"control character in {name}"
     return ""
+
+
+def head_metadata(data: bytes) -> dict[str, Any]:
+    """The JSON a head file (``P:head``'s data; worker/engine/head.py writes it) carries in its safetensors
+    header: 8 bytes of header length, then a JSON header whose ``__metadata__`` entry :data:`HEAD_META_KEY`
+    is ticketq's JSON. Standard library only, so the producer side reads it without torch. ValueError if
+    ``data`` is not a ticketq head."""
+    n = int.from_bytes(data[:8], "little")
+    if len(data) < 8 or n <= 0 or n > len(data) - 8:
+        raise ValueError("not a safetensors file")
+    header = json.loads(data[8 : 8 + n])
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(meta, dict) or HEAD_META_KEY not in meta:
+        raise ValueError("a safetensors file without ticketq metadata (not a head)")
+    out = json.loads(meta[HEAD_META_KEY])
+    if not isinstance(out, dict):
+        raise ValueError("ticketq metadata that is not a JSON object")
+    return out

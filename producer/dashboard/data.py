@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 import threading
 import time
 from collections import Counter
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from producer.client import Client
-from producer.learning import Correction
+from producer.learning import Correction, head_metadata
 from producer.protocol import DeadLetter, Result
 
 RECENT_LIMIT = 200  # results listed on the results page
@@ -323,19 +322,12 @@ def head_info(client: Client) -> HeadInfo:
 
 
 def _training_metadata(data: bytes | str | None) -> dict[str, Any]:
-    """The ``training`` entry of a head file's metadata. A head is a safetensors file: 8 bytes of header
-    length, then a JSON header whose ``__metadata__.ticketq`` is ticketq's JSON. Read with the standard
-    library, so the producer side needs no torch; anything unexpected reads as no metadata."""
+    """The ``training`` entry of a published head's metadata; anything unexpected reads as none."""
     try:
-        if not isinstance(data, bytes) or len(data) < 8:
-            return {}
-        (size,) = struct.unpack("<Q", data[:8])
-        header = json.loads(data[8 : 8 + min(size, 1 << 20)])
-        meta = json.loads(header["__metadata__"]["ticketq"])
-        training = meta.get("training")
-        return dict(training) if isinstance(training, dict) else {}
-    except (ValueError, KeyError, TypeError, struct.error):
+        training = head_metadata(data).get("training") if isinstance(data, bytes) else None
+    except ValueError:
         return {}
+    return dict(training) if isinstance(training, dict) else {}
 
 
 @dataclass(frozen=True)

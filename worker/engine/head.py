@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 
+from producer.learning import HEAD_META_KEY, head_metadata
+
 from .features import Recipe
 
 FORMAT = "ticketq-head/1"
-_META = "ticketq"
 
 
 class HeadError(ValueError):
@@ -106,15 +107,18 @@ class Head:
         from safetensors.torch import save
 
         meta = json.dumps(self.meta(), sort_keys=True, ensure_ascii=False)
-        return save({"weight": self.weight, "bias": self.bias}, metadata={_META: meta})
+        return save({"weight": self.weight, "bias": self.bias}, metadata={HEAD_META_KEY: meta})
 
     @classmethod
     def from_bytes(cls, data: bytes, version: str | None = None) -> Head:
         from safetensors.torch import load
 
         try:
+            meta = head_metadata(bytes(data))
+        except ValueError as exc:
+            raise HeadError(f"not a readable ticketq head: {_one_line(exc)}") from None
+        try:
             tensors = load(bytes(data))
-            meta = json.loads(_metadata(data)[_META])
             if meta.get("format") != FORMAT:
                 raise HeadError(f"not a ticketq head (format {meta.get('format')!r}, expected {FORMAT!r})")
             recipe = Recipe(int(meta["recipe"]["layer"]), str(meta["recipe"]["pool"]))
@@ -200,18 +204,6 @@ class Head:
             "cv_accuracy": t.get("cv_accuracy"),
             "recipe": self.recipe.to_dict(),
         }
-
-
-def _metadata(data: bytes) -> dict[str, str]:
-    """The safetensors header's ``__metadata__`` (the library's loader returns tensors only)."""
-    n = int.from_bytes(data[:8], "little")
-    if n <= 0 or n > len(data) - 8:
-        raise HeadError("not a safetensors file")
-    header = json.loads(data[8 : 8 + n])
-    meta = header.get("__metadata__")
-    if not isinstance(meta, dict) or _META not in meta:
-        raise HeadError("a safetensors file without ticketq metadata (not a head)")
-    return meta
 
 
 def _one_line(exc: BaseException) -> str:
