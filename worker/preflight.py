@@ -13,6 +13,7 @@ from pathlib import Path
 
 import redis
 
+from worker.engine.options import is_no_head
 from worker.errors import ConfigError
 from worker.settings import Settings
 
@@ -40,8 +41,8 @@ def check(settings: Settings) -> tuple[str, ...]:
 def _labels(settings: Settings) -> tuple[str, ...]:
     engine = settings.engine
     _check_model(engine.model)
-    head = getattr(engine, "head", None)
-    if head and head.strip().lower() != "none" and not Path(head).expanduser().is_file():  # none: zero-shot
+    head = engine.head
+    if head and not is_no_head(head) and not Path(head).expanduser().is_file():
         raise ConfigError(f"head: no such file: {head}")
     from worker.engine.task import TaskError, load_task  # tomllib only, no torch
 

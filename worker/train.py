@@ -30,7 +30,7 @@ from typing import Any
 import redis
 
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.engine.options import NO_HEAD, EngineOptions, add_engine_arguments
 from worker.evaluate import confusion_table
 
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     source = args.tickets or ""
     corrected: dict[int, str | None] = {}
     try:
-        options = replace(EngineOptions.from_args(args), head="none")  # train with features, not a head
+        options = replace(EngineOptions.from_args(args), head=NO_HEAD)  # train with features, not a head
         if not (args.tickets or args.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
         if not (args.out or args.publish):

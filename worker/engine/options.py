@@ -15,6 +15,12 @@ from dataclasses import dataclass, fields, replace
 EMBEDDED = "smollm2"  # the model that ships with ticketq (see worker.engine.model)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+NO_HEAD = "none"  # --head none / TICKETQ_HEAD=none: zero-shot label scoring even when the task ships a head
+
+
+def is_no_head(spec: str | None) -> bool:
+    """``--head none`` (any case): decide by zero-shot label scoring."""
+    return spec is not None and spec.strip().lower() == NO_HEAD
 
 
 @dataclass(frozen=True)

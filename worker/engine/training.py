@@ -16,6 +16,7 @@ from .features import Recipe
 from .fit import fit
 from .head import Head, HeadError, digest
 from .model import cache_root
+from .options import is_no_head
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -137,9 +138,6 @@ def _version() -> str:
         return "unknown"
 
 
-NONE = "none"  # --head none / TICKETQ_HEAD=none: zero-shot even when the task ships a head
-
-
 def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | None = None) -> Head | None:
     """The head an engine should decide with, checked against it (raises HeadError).
 
@@ -148,7 +146,7 @@ def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | No
     cached, else none."""
     task = engine.task
     head: Head | None = None
-    if spec and spec.strip().lower() == NONE:
+    if is_no_head(spec):
         pass
     elif spec or task.head:
         head = Head.load(spec or task.head or "")
