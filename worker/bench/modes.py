@@ -106,20 +106,14 @@ def run_engine(
 ) -> ModeResult:
     """Score ``items`` in chunks of ``chunk`` (1 for the item-by-item modes; the service's drain size
     otherwise, so that ``engine`` plans passes over the same groups a worker would)."""
-    head = engine.head
-    labels = list(head.labels if head else engine.task.labels)
     out = ModeResult(name, [], [], [], 0.0)
     meter, start = CpuMeter(), time.perf_counter()
     for lo in range(0, len(items), chunk):
         part = items[lo : lo + chunk]
-        if head is not None:  # the head's pass: no label tree, stopped at its layer
-            x, stats = engine.features([it.text for it in part], head.recipe)
-            decision = decide(torch.log_softmax(head.logits(x), -1))
-        else:
-            logp, stats = engine.logprobs([it.text for it in part])
-            decision = decide(logp, engine.prior)
+        logp, prior, stats = engine.decision_logprobs([it.text for it in part])  # a head's pass, if any
+        decision = decide(logp, prior)
         out.ids += [it.id for it in part]
-        out.labels += decision.labels(labels)
+        out.labels += decision.labels(engine.task.labels)
         out.margins += decision.margins
         out.add_stats(stats)
         progress(len(part))

@@ -26,6 +26,7 @@ from worker.bench.peak import CpuMeter, FlopModel, machine_info, matmul_peak_gfl
 from worker.bench.report import Report, agreement
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel
+from worker.engine.options import NO_HEAD
 from worker.engine.task import Task
 
 SUBSET_MODES = ("naive", "per-item", "llamacpp")  # slow enough to run on a sample only
@@ -204,7 +205,7 @@ def _end_to_end(opts: BenchOptions, engine: Engine, items: list[Item], k: int) -
         dtype = engine.loaded.dtype_name  # as measured or chosen here: the workers need not measure again
         # Zero-shot like the in-process engine, so that agreement stays a check of the fast path.
         spec = WorkerSpec(
-            engine=replace(opts.engine, dtype=dtype, threads=None, head="none"), drain=opts.drain
+            engine=replace(opts.engine, dtype=dtype, threads=None, head=NO_HEAD), drain=opts.drain
         )
         with tempfile.TemporaryDirectory(prefix="ticketq-bench-") as tmp:
             return run_processes(

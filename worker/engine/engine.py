@@ -195,17 +195,27 @@ class Engine:
                 on_pass(stats[-1])
         return out, stats
 
+    def decision_logprobs(
+        self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, list[BatchStats]]:
+        """What decides each ticket: (tickets, task labels) log-probabilities, the prior to subtract
+        before deciding (None with a head) and the passes' stats. With a head, its log-softmax over the
+        features pass; else the labels' full-sequence log-probabilities."""
+        head = self.head
+        if head is not None:
+            x, stats = self.features(texts, head.recipe, on_pass=on_pass)
+            return torch.log_softmax(head.logits(x), -1), None, stats
+        logp, stats = self.logprobs(texts, on_pass=on_pass)
+        return logp, self.prior, stats
+
     def classify(
         self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
     ) -> tuple[list[Prediction], list[BatchStats]]:
         if not texts:
             return [], []
-        if self.head is not None:
-            head = self.head
-            x, stats = self.features(texts, head.recipe, on_pass=on_pass)
-            return predictions(head.labels, torch.log_softmax(head.logits(x), -1), None, head), stats
-        logp, stats = self.logprobs(texts, on_pass=on_pass)
-        return predictions(self.task.labels, logp, self.prior), stats
+        head = self.head  # a head's labels are the task's (use_head checks), in the same order
+        logp, prior, stats = self.decision_logprobs(texts, on_pass=on_pass)
+        return predictions(self.task.labels, logp, prior, head), stats
 
 
 def predictions(
