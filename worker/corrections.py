@@ -29,12 +29,20 @@ class TrainingSet:
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
-    from_redis: int = 0  # corrections used
-    from_file: int = 0  # file rows used (a row whose id was corrected is replaced, not counted)
     corrected: dict[int, str | None] = field(default_factory=dict)  # row -> the worker's label, if known
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    @property
+    def from_redis(self) -> int:
+        """Corrections used."""
+        return len(self.corrected)
+
+    @property
+    def from_file(self) -> int:
+        """File rows used (a row whose id was corrected is replaced, not counted)."""
+        return len(self.texts) - len(self.corrected)
 
     def counts(self) -> dict[str, int]:
         return dict(sorted(Counter(self.labels).items()))
@@ -84,10 +92,6 @@ def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, st
         out.ids.append(tid)
         out.texts.append(text)
         out.labels.append(label)
-        if correction is not None:
-            out.from_redis += 1
-        else:
-            out.from_file += 1
     if not out.texts:
         raise CorrectionsError("no training data: no corrections in Redis and no --tickets rows")
     return out
