@@ -14,7 +14,7 @@ import pytest
 import torch
 from texts import varied_texts
 
-from worker.engine import autodtype
+from worker.engine import attention, autodtype
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel, load_model
 from worker.engine.reference import ReferenceScorer
@@ -47,7 +47,7 @@ def test_gpu_engine_agrees_with_the_cpu_reference(
 ) -> None:
     loaded = load_model("smollm2", dtype=dtype, device="cuda")
     assert loaded.device.type == "cuda"
-    assert loaded.model.config._attn_implementation == "sdpa"
+    assert loaded.model.config._attn_implementation == attention.IMPLEMENTATION
     engine = Engine(loaded, load_task())
     logp, stats = engine.logprobs(texts)
     assert sum(s.items for s in stats) == len(texts)

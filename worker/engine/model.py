@@ -200,6 +200,8 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
     """Load ``spec``: ``smollm2`` (embedded), a .gguf file, a local directory or a hub id."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from . import attention  # registers the engine's attention with transformers
+
     _share_transformers_logging()
     start = time.perf_counter()
     dev = resolve_device(device)
@@ -208,7 +210,7 @@ def load_model(spec: str = EMBEDDED, *, dtype: str = "auto", device: str = "auto
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model: Any = AutoModelForCausalLM.from_pretrained(
-            source, dtype=torch_dtype, attn_implementation="sdpa"
+            source, dtype=torch_dtype, attn_implementation=attention.IMPLEMENTATION
         )
     except OSError as exc:
         raise ModelError(f"cannot load model {spec!r}: {exc}") from None
