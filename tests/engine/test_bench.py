@@ -116,6 +116,15 @@ def test_the_peer_reports_itself_not_installed(tiny_dir, tmp_path, capsys) -> No
     assert "llamacpp: not installed" in capsys.readouterr().out
 
 
+def test_the_peer_names_its_build_features() -> None:
+    """An AMX build of llama.cpp gets a warning in the report (its Q4 kernels give wrong logits)."""
+    from worker.bench.peer import features_of
+
+    info = "CPU : SSE3 = 1 | AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 0 | AMX_INT8 = 1 | LLAMAFILE = 1 | "
+    assert features_of(info) == ["SSE3", "AVX2", "AVX512", "AMX_INT8"]
+    assert features_of("") == []
+
+
 def test_naive_scorer_equals_the_reference(tiny: LoadedModel) -> None:
     engine = Engine(tiny, load_task())
     reference = ReferenceScorer(tiny.model, tiny.tokenizer, engine.task, engine.prompt)

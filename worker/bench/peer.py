@@ -16,6 +16,11 @@ Optional: ``pip install 'ticketq[peer]'`` builds llama.cpp from source. Build it
         pip install --no-binary llama-cpp-python 'ticketq[peer]'
     # add -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON where the CPU has them
 
+Leave out ``-DGGML_AMX_*``: llama.cpp's AMX path returns wrong logits for Q4_0/Q4_1 weights
+(ggml-org/llama.cpp#16315, open in the llama.cpp that 0.3.16 bundles). On an AMX Xeon such a build
+agreed with per-item on 30.8 % of the labels, where the build without it agreed on 92.5 %; the mode's
+note names the build's CPU features and warns when AMX is among them.
+
 Without the package the mode reports "not installed" and the bench goes on.
 """
 
@@ -134,7 +139,34 @@ def run_peer(engine: Any, items: Sequence[Item], model: str, threads: int, progr
         progress(1)
     out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     out.notes.append(f"llama.cpp {_version()} on {gguf_path(model)}, {threads} threads, quantized weights")
+    features = build_features()
+    out.notes.append("llama.cpp build: " + (", ".join(features) or "?"))
+    if any(f.startswith("AMX") for f in features):
+        out.notes.append(
+            "WARNING: this llama.cpp uses AMX, whose Q4_0/Q4_1 kernels give wrong logits "
+            "(ggml-org/llama.cpp#16315); its labels and speed are not a fair peer. "
+            "Rebuild without -DGGML_AMX_*"
+        )
     return out
+
+
+def build_features() -> list[str]:
+    """The CPU features the installed llama.cpp was built with (``AVX2``, ``AMX_INT8``, ...)."""
+    import llama_cpp
+
+    return features_of(llama_cpp.llama_print_system_info().decode(errors="replace"))
+
+
+def features_of(info: str) -> list[str]:
+    """``"CPU : AVX2 = 1 | AMX_INT8 = 1 | LLAMAFILE = 1 | "`` -> the instruction-set names set to 1."""
+    isa = ("SSE", "SSSE", "AVX", "F16C", "FMA", "BMI", "AMX", "NEON", "SVE", "DOTPROD", "MATMUL")
+    found = []
+    for part in info.replace("CPU :", "|").split("|"):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if value.strip() == "1" and name.startswith(isa):
+            found.append(name)
+    return found
 
 
 def _version() -> str:
