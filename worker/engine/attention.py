@@ -6,7 +6,9 @@ Given a mask, transformers copies every key and value head once per query head t
 mask with ``enable_gqa``. The engine always passes a mask (packed tickets, cached prefix), so on the CPU
 those copies, three times the keys and values of the prefix and the row per layer, cost as much as the
 attention itself. torch's CPU flash kernel takes the mask with ``enable_gqa=True`` and reads the shared
-heads in place: the same numbers, bit for bit, in half the time (docs/bench.md, "Attention without copies").
+heads in place: the same numbers, bit for bit; at the engine's shapes an attention call took 3.6 ms
+instead of 7.6-8.0 in bfloat16, and a whole pass ran ~10 % faster (docs/bench.md, "Attention without
+copies").
 
 ``IMPLEMENTATION`` names this function to transformers (``attn_implementation=``). Everywhere it does
 not apply (no mask, no grouping, a GPU, a position bias or soft-capping) it is transformers' own SDPA.
