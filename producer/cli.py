@@ -24,16 +24,20 @@ from typing import Any, TextIO
 
 import redis
 
+from producer import config
 from producer.client import Client, LabelError, encode
 from producer.files import FORMATS, FileError, parse
-from producer.options import add_redis_arguments
+from producer.options import RedisOptions
 from producer.protocol import BadTicket
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        client = Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
+        where = config.resolve(RedisOptions, args, os.environ)
+        client = Client.from_url(
+            where.redis_url, where.prefix, cluster=where.cluster, socket_connect_timeout=5
+        )
         return int(args.func(client, args))
     except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
@@ -53,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ticketq-producer", description="Feed tickets to ticketq and read what it made of them."
     )
-    add_redis_arguments(parser)
+    config.add_arguments(parser, RedisOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")

@@ -34,6 +34,7 @@ from producer.dashboard.security import CSRF_FIELD, SESSION_COOKIE, Auth, Refuse
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
+SAMPLE_S = 2.0  # how often the chart takes a sample, and the pages poll
 SECURITY_HEADERS = {
     # Scripts and styles from this origin only: an injected <script> would not run even if escaping failed.
     "content-security-policy": (
@@ -52,7 +53,7 @@ class Config:
     redis_url: str
     prefix: str
     auth: Auth = field(default_factory=Auth)
-    sample_s: float = 2.0  # how often the chart takes a sample, and the pages poll
+    sample_s: float = SAMPLE_S
     low_confidence: float = LOW_CONFIDENCE
 
     def __repr__(self) -> str:  # the Redis password never leaves in clear
