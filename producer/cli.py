@@ -26,7 +26,7 @@ import redis
 
 from producer import config
 from producer.client import Client, LabelError, encode
-from producer.config import at_least, setting
+from producer.config import at_least, option
 from producer.files import FORMATS, FileError, parse
 from producer.options import RedisOptions
 from producer.protocol import BadTicket
@@ -60,11 +60,11 @@ def _by_default() -> str | None:
 
 @dataclass(frozen=True)
 class PushOptions:
-    format: str = setting(
+    format: str = option(
         "auto", help="input format (auto: by the file's suffix, else its content)", choices=FORMATS
     )
-    wait: bool = setting(False, help="wait for the results and print them as JSONL")
-    timeout: float = setting(60.0, help="seconds to wait with --wait", check=at_least(0))
+    wait: bool = option(False, help="wait for the results and print them as JSONL")
+    timeout: float = option(60.0, help="seconds to wait with --wait", check=at_least(0))
 
     def __post_init__(self) -> None:
         _check(self)
@@ -72,12 +72,12 @@ class PushOptions:
 
 @dataclass(frozen=True)
 class TableOptions:
-    json: bool = setting(False, help="JSON instead of a table")
+    json: bool = option(False, help="JSON instead of a table")
 
 
 @dataclass(frozen=True)
 class DeadOptions:
-    limit: int = setting(20, help="newest dead letters to print", check=at_least(1))
+    limit: int = option(20, help="newest dead letters to print", check=at_least(1))
 
     def __post_init__(self) -> None:
         _check(self)
@@ -85,11 +85,9 @@ class DeadOptions:
 
 @dataclass(frozen=True)
 class RequeueOptions:
-    reason: str | None = setting(
-        None, help="only letters whose reason starts with this (e.g. 'engine error')"
-    )
-    limit: int | None = setting(None, help="at most this many, oldest first", shown="all", check=at_least(1))
-    ticket_id: str | None = setting(None, help="only the letter(s) of this ticket id", flag="id", shown="any")
+    reason: str | None = option(None, help="only letters whose reason starts with this (e.g. 'engine error')")
+    limit: int | None = option(None, help="at most this many, oldest first", shown="all", check=at_least(1))
+    ticket_id: str | None = option(None, help="only the letter(s) of this ticket id", flag="id", shown="any")
 
     def __post_init__(self) -> None:
         _check(self)
@@ -97,7 +95,7 @@ class RequeueOptions:
 
 @dataclass(frozen=True)
 class ByOptions:
-    by: str | None = setting(
+    by: str | None = option(
         default_factory=_by_default, help="who made the change (recorded with it)", shown="$USER"
     )
 
@@ -116,35 +114,35 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")
-    config.add_arguments(push, PushOptions, env=False)
+    config.add_arguments(push, PushOptions)
     push.set_defaults(func=cmd_push)
     get = sub.add_parser("get", help="print the results of ticket ids as JSONL")
     get.add_argument("ids", nargs="+", metavar="ID")
     get.set_defaults(func=cmd_get)
     stats = sub.add_parser("stats", help="queue depth, in-flight per worker, done, dead")
-    config.add_arguments(stats, TableOptions, env=False)
+    config.add_arguments(stats, TableOptions)
     stats.set_defaults(func=cmd_stats)
     dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
-    config.add_arguments(dead, DeadOptions, env=False)
+    config.add_arguments(dead, DeadOptions)
     dead.set_defaults(func=cmd_dead)
     requeue = sub.add_parser(
         "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
     )
-    config.add_arguments(requeue, RequeueOptions, env=False)
+    config.add_arguments(requeue, RequeueOptions)
     requeue.set_defaults(func=cmd_requeue_dead)
     label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
     label.add_argument("id", metavar="ID")
     label.add_argument("label", metavar="LABEL")
-    config.add_arguments(label, ByOptions, env=False)
+    config.add_arguments(label, ByOptions)
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     corrections.set_defaults(func=cmd_corrections)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
-    config.add_arguments(heads, TableOptions, env=False)
+    config.add_arguments(heads, TableOptions)
     heads.set_defaults(func=cmd_heads)
     publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
     publish.add_argument("file", metavar="FILE")
-    config.add_arguments(publish, ByOptions, env=False)
+    config.add_arguments(publish, ByOptions)
     publish.set_defaults(func=cmd_publish_head)
     return parser
 

@@ -71,6 +71,7 @@ class Spec:
     choices: tuple[str, ...]
     check: Check | None
     metavar: str | None
+    parse: Callable[[str], Any] | None  # the flag's (or variable's) text -> the setting
     repeat: Callable[[list[str]], Any] | None  # repeatable flag: its values -> the setting
 
 
@@ -85,13 +86,15 @@ def setting(
     choices: Sequence[str] = (),
     check: Check | None = None,
     metavar: str | None = None,
+    parse: Callable[[str], Any] | None = None,
     repeat: Callable[[list[str]], Any] | None = None,
 ) -> Any:
     """A dataclass field that is a setting. ``flag`` defaults to the field name with dashes; ``env`` to
     ``TICKETQ_`` + the flag in capitals (a string names another variable, ``False`` reads none);
     ``shown`` is how the help shows a default whose value would mislead (``None``, computed ones);
-    ``repeat`` makes the flag repeatable (the variable then holds a comma-separated list) and turns the
-    list of values into the setting."""
+    ``parse`` reads a value that is not a plain str/int/float/bool (``--modes a,b``), raising
+    ``ValueError``; ``repeat`` makes the flag repeatable (the variable then holds a comma-separated list)
+    and turns the list of values into the setting."""
     spec = {
         "help": help,
         "flag": flag,
@@ -100,6 +103,7 @@ def setting(
         "choices": tuple(choices),
         "check": check,
         "metavar": metavar,
+        "parse": parse,
         "repeat": repeat,
     }
     if default_factory is not MISSING:
@@ -107,9 +111,16 @@ def setting(
     return field(default=default, metadata={_SPEC: spec})
 
 
-def group(default_factory: Callable[[], Any], title: str) -> Any:
-    """A field holding another settings dataclass; its flags are added as an argument group."""
-    return field(default_factory=default_factory, metadata={_GROUP: title})
+def option(default: Any = MISSING, **kwargs: Any) -> Any:
+    """A per-run flag (``--limit``, ``--json PATH``): a :func:`setting` with no variable."""
+    return setting(default, env=False, **kwargs)
+
+
+def group(default_factory: Callable[[], Any], title: str, *, env: bool = True) -> Any:
+    """A field holding another settings dataclass, its flags in an argument group. ``env=False``: in
+    this command its settings read no variables (``eval`` evaluates the model its flags name, whatever
+    the deployment's ``TICKETQ_MODEL``)."""
+    return field(default_factory=default_factory, metadata={_GROUP: (title, env)})
 
 
 @dataclass(frozen=True)
@@ -129,32 +140,34 @@ class Declared:
         return show(self.default)
 
 
-def declared(cls: type, defaults: Any = None, *, nested: bool = True) -> list[Declared]:
+def declared(cls: type, defaults: Any = None, *, nested: bool = True, env: bool = True) -> list[Declared]:
     """The settings of ``cls`` in declaration order, its groups' flattened in (``nested=False``: its
-    own only); ``defaults`` (an instance) supplies other defaults (``verify`` runs in float32)."""
+    own only); ``defaults`` (an instance) supplies other defaults (``verify`` runs in float32);
+    ``env=False`` drops every variable."""
     hints = typing.get_type_hints(cls)
     base = defaults if defaults is not None else cls()
     out: list[Declared] = []
     for f in dataclasses.fields(cls):
-        if _GROUP in f.metadata and nested:
-            out += declared(_kind(hints[f.name]), getattr(base, f.name))
+        if _GROUP in f.metadata:
+            if nested:
+                inner_env = env and f.metadata[_GROUP][1]
+                out += declared(_kind(hints[f.name]), getattr(base, f.name), env=inner_env)
         elif _SPEC in f.metadata:
             raw = dict(f.metadata[_SPEC])
             raw["flag"] = raw["flag"] or f.name.replace("_", "-")
-            env = raw["env"]
-            raw["env"] = None if env is False else env if isinstance(env, str) else _env_name(raw["flag"])
+            var = raw["env"]
+            raw["env"] = (
+                None if var is False or not env else var if isinstance(var, str) else _env_name(raw["flag"])
+            )
             out.append(Declared(f.name, _kind(hints[f.name]), Spec(**raw), getattr(base, f.name)))
     return out
 
 
-def _groups(cls: type) -> list[tuple[str, str, type]]:
-    """(field, title, class) of each group field of ``cls``."""
+def _groups(cls: type) -> list[tuple[str, str, bool, type]]:
+    """(field, title, env, class) of each group field of ``cls``."""
     hints = typing.get_type_hints(cls)
-    return [
-        (f.name, f.metadata[_GROUP], _kind(hints[f.name]))
-        for f in dataclasses.fields(cls)
-        if _GROUP in f.metadata
-    ]
+    found = [f for f in dataclasses.fields(cls) if _GROUP in f.metadata]
+    return [(f.name, *f.metadata[_GROUP], _kind(hints[f.name])) for f in found]
 
 
 def add_arguments(
@@ -164,33 +177,34 @@ def add_arguments(
     *,
     env: bool = True,
 ) -> None:
-    """A flag per setting of ``cls`` (and of its groups, each in an argument group). ``env=False``: the
-    command reads no variables (:func:`resolve` is then called without ``environ``) and the help names
-    none. The namespace holds the defaults; :func:`resolve` layers the variables over them."""
+    """A flag per setting of ``cls``, and of its groups, each in an argument group; ``defaults`` (an
+    instance) for other defaults than the declared ones. The namespace holds the defaults, the help
+    names each flag's variable; :func:`resolve` layers the variables over the defaults."""
     base = defaults if defaults is not None else cls()
-    for d in declared(cls, base, nested=False):
-        _add(parser, d, env)
-    for name, title, kind in _groups(cls):
+    for d in declared(cls, base, nested=False, env=env):
+        _add(parser, d)
+    for name, title, group_env, kind in _groups(cls):
         target = parser.add_argument_group(title) if isinstance(parser, argparse.ArgumentParser) else parser
-        add_arguments(target, kind, getattr(base, name), env=env)
+        add_arguments(target, kind, getattr(base, name), env=env and group_env)
 
 
 def resolve(cls: type[T], args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> T:
     """The settings: a flag given wins, then its variable in ``environ`` (``None``: none read), then the
-    default. Raises :class:`SettingError` for a variable that cannot be read, and whatever the class's own
+    default. Raises :class:`SettingError` for a value that cannot be read, and whatever the class's own
     checks raise (``ValueError`` or a subclass) for a value it refuses."""
-    values: dict[str, Any] = {name: resolve(kind, args, environ) for name, _, kind in _groups(cls)}
+    values: dict[str, Any] = {}
+    for name, _, group_env, kind in _groups(cls):
+        values[name] = resolve(kind, args, environ if group_env else None)
     for d in declared(cls, nested=False):
         raw = environ.get(d.spec.env) if environ is not None and d.spec.env else None
         given = getattr(args, _GIVEN + d.name, False)
         try:
-            if given or (raw in (None, "") and hasattr(args, d.name)):
-                value = getattr(args, d.name)
-                if d.spec.repeat is not None:
-                    value = d.spec.repeat(list(value or []))
-                values[d.name] = value
+            if given:
+                values[d.name] = from_flag(d, getattr(args, d.name))
             elif raw not in (None, ""):
                 values[d.name] = from_text(d, raw)
+            elif hasattr(args, d.name):
+                values[d.name] = getattr(args, d.name) if d.spec.repeat is None else d.default
         except ValueError as exc:
             raise SettingError(f"{d.spec.flag}: {exc}") from None
     return cls(**values)
@@ -210,10 +224,21 @@ def problems(obj: Any) -> list[str]:
     return out
 
 
+def from_flag(d: Declared, value: Any) -> Any:
+    """A flag's value as argparse left it (already typed, unless the setting parses its own text)."""
+    if d.spec.repeat is not None:
+        return d.spec.repeat(list(value))
+    if d.spec.parse is not None:
+        return d.spec.parse(value)
+    return value
+
+
 def from_text(d: Declared, raw: str) -> Any:
     """A variable's text as the setting's type (a repeatable setting's: a comma-separated list)."""
     if d.spec.repeat is not None:
         return d.spec.repeat([p.strip() for p in raw.split(",") if p.strip()])
+    if d.spec.parse is not None:
+        return d.spec.parse(raw)
     if d.kind is bool:
         word = raw.strip().lower()
         if word in TRUE_WORDS or word in FALSE_WORDS:
@@ -238,41 +263,40 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def help_text(d: Declared, env: bool = True) -> str:
+def help_text(d: Declared) -> str:
     text = f"{d.spec.help} (default {d.shown()})"
-    if env and d.spec.env:
+    if d.spec.env:
         text += f" [env {d.spec.env}]"
     return text
 
 
-def markdown(cls: type, defaults: Any = None, *, env: bool = True) -> str:
-    """The README table of ``cls``'s settings: flag, variable, default, what."""
-    head = "| flag | environment | default | what |" if env else "| flag | default | what |"
-    rows = [head, "|---|---|---|---|" if env else "|---|---|---|"]
-    for d in declared(cls, defaults):
+def markdown(cls: type, defaults: Any = None) -> str:
+    """The README table of ``cls``'s settings: flag, variable (when any has one), default, what."""
+    found = declared(cls, defaults)
+    env = any(d.spec.env for d in found)
+    rows = ["| flag | environment | default | what |" if env else "| flag | default | what |"]
+    rows.append("|---|---|---|---|" if env else "|---|---|---|")
+    for d in found:
         flag = f"`{d.option}{' ' + d.spec.metavar if d.spec.metavar else ''}`"
         shown = d.shown() if d.spec.shown or not isinstance(d.default, str) else f"`{d.default}`"
-        what = d.spec.help.replace("|", "\\|")
-        if env:
-            var = f"`{d.spec.env}`" if d.spec.env else ""
-            rows.append(f"| {flag} | {var} | {shown} | {what} |")
-        else:
-            rows.append(f"| {flag} | {shown} | {what} |")
+        cells = [flag, f"`{d.spec.env}`" if d.spec.env else "", shown, d.spec.help.replace("|", "\\|")]
+        rows.append("| " + " | ".join(cells if env else [cells[0], *cells[2:]]) + " |")
     return "\n".join(rows)
 
 
-def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, d: Declared, env: bool) -> None:
-    text = help_text(d, env).replace("%", "%%")
+def _add(parser: argparse.ArgumentParser | argparse._ArgumentGroup, d: Declared) -> None:
+    text = help_text(d).replace("%", "%%")
     metavar = d.spec.metavar or ("{" + ",".join(d.spec.choices) + "}" if d.spec.choices else None)
-    if metavar is None and d.kind in (int, float):
+    if metavar is None and d.kind in (int, float) and d.spec.parse is None:
         metavar = "N"
     if d.kind is bool and d.spec.repeat is None:
         parser.add_argument(d.option, dest=d.name, action=_StoreTrue, default=d.default, help=text)
     elif d.spec.repeat is not None:
         parser.add_argument(d.option, dest=d.name, action=_Append, default=None, metavar=metavar, help=text)
     else:
+        kind = str if d.spec.parse is not None else d.kind
         parser.add_argument(
-            d.option, dest=d.name, action=_Store, type=d.kind, default=d.default, metavar=metavar, help=text
+            d.option, dest=d.name, action=_Store, type=kind, default=d.default, metavar=metavar, help=text
         )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from producer import config
 from producer.client import Client
-from producer.config import setting
+from producer.config import option
 from producer.learning import Correction
 from producer.options import RedisOptions
 
@@ -54,21 +54,18 @@ class TrainingSet:
 class CorrectionsOptions(RedisOptions):
     """The Redis side of ``ticketq-worker train``: where corrections come from and heads go to."""
 
-    from_redis: bool = setting(
+    from_redis: bool = option(
         False,
         help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
-        env=False,
     )
-    publish: bool = setting(
+    publish: bool = option(
         False,
         help="publish the head in Redis: every running worker loads it at its next drain, no restart",
-        env=False,
     )
-    by: str | None = setting(
+    by: str | None = option(
         default_factory=lambda: os.environ.get("USER"),
         help="who published the head",
         shown="$USER",
-        env=False,
     )
 
 

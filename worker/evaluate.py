@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from producer import config
+from producer.config import at_least, group, option
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import EngineOptions
 
@@ -28,15 +29,23 @@ DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv
 CHUNK = 256  # tickets per engine call: the service's default drain
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tickets",
-        default=str(DEFAULT_TICKETS),
-        help="JSONL or CSV with id,text,label (default: Banking77 sample)",
+@dataclass(frozen=True)
+class EvalOptions:
+    tickets: str = option(
+        str(DEFAULT_TICKETS), help="JSONL or CSV with id,text,label", shown="the Banking77 sample"
     )
-    parser.add_argument("--limit", type=int, help="only the first N tickets")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    config.add_arguments(parser, EngineOptions, env=False)
+    limit: int | None = option(None, help="only the first N tickets", shown="all", check=at_least(1))
+    json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
+    engine: EngineOptions = group(EngineOptions, "engine", env=False)
+
+    def __post_init__(self) -> None:
+        found = config.problems(self)
+        if found:
+            raise ValueError("; ".join(found))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_arguments(parser, EvalOptions)
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,12 @@ def score(labels: Sequence[str], truth: Sequence[str], predicted: Sequence[str])
     return Scores(list(labels), matrix, per_class)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ns: argparse.Namespace) -> int:
     from worker.engine.task import TaskError, load_task
 
     try:
-        options = config.resolve(EngineOptions, args)
+        args = config.resolve(EvalOptions, ns)
+        options = args.engine
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
         task = load_task(options.task)
         check_labels(items, task.labels)

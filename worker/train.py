@@ -23,25 +23,31 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from producer import config
+from producer.config import group, option
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.evaluate import confusion_table
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    tickets: str | None = option(None, help="labelled tickets: JSONL or CSV with id,text,label")
+    out: str | None = option(None, help="where to write the head (a .safetensors file)")
+    seed: int = option(0, help="seed of the cross-validation folds")
+    engine: EngineOptions = group(EngineOptions, "engine", env=False)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from worker import corrections
 
-    parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
-    parser.add_argument("--out", help="where to write the head (a .safetensors file)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
-    config.add_arguments(parser, EngineOptions, env=False)
+    config.add_arguments(parser, TrainOptions)
     corrections.add_arguments(parser)
 
 
@@ -56,18 +62,17 @@ def redis_exit(exc: redis.RedisError) -> int:
     return 4 if isinstance(exc, redis.ResponseError) else 3
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ns: argparse.Namespace) -> int:
     from worker import corrections
     from worker.engine.task import load_task
     from worker.evaluate import check_labels
 
-    source = args.tickets or ""
+    source = ns.tickets or ""
     corrected: dict[int, str | None] = {}
     try:
-        options = replace(
-            config.resolve(EngineOptions, args), head=NO_HEAD
-        )  # train with features, not a head
-        store = corrections.options(args)
+        args = config.resolve(TrainOptions, ns)
+        options = replace(args.engine, head=NO_HEAD)  # train with features, not a head
+        store = corrections.options(ns)
         if not (args.tickets or store.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
         if not (args.out or store.publish):

@@ -12,32 +12,44 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from producer import config
+from producer.config import at_least, group, option
 from worker.bench.data import SAMPLE, read_items
 from worker.engine.options import EngineOptions
 
-DEFAULT_N = 100
-# float32: the two paths must then agree exactly; in bfloat16 near-ties may flip.
-DEFAULTS = EngineOptions(dtype="float32")
+
+def _float32() -> EngineOptions:
+    """float32: the two paths must then agree exactly; in bfloat16 near-ties may flip."""
+    return EngineOptions(dtype="float32")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    tickets: str = option(str(SAMPLE), help="JSONL or CSV (id,text) file", shown="the bundled sample")
+    limit: int = option(100, help="most tickets to check", check=at_least(1))
+    engine: EngineOptions = group(_float32, "engine", env=False)
+
+    def __post_init__(self) -> None:
+        found = config.problems(self)
+        if found:
+            raise ValueError("; ".join(found))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tickets", default=str(SAMPLE), help="JSONL or CSV (id,text) file (default: the bundled sample)"
-    )
-    parser.add_argument("--limit", type=int, default=DEFAULT_N, help=f"most tickets to check ({DEFAULT_N})")
-    config.add_arguments(parser, EngineOptions, DEFAULTS, env=False)
+    config.add_arguments(parser, VerifyOptions)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ns: argparse.Namespace) -> int:
     import torch
 
     from worker.engine.reference import ReferenceScorer
 
     try:
-        options = config.resolve(EngineOptions, args)
+        args = config.resolve(VerifyOptions, ns)
+        options = args.engine
         texts = [it.text for it in read_items(args.tickets)][: args.limit]
     except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)

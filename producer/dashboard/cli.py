@@ -18,7 +18,7 @@ import redis
 
 from producer import config
 from producer.client import Client, mask_url
-from producer.config import Check, between, setting
+from producer.config import Check, between, option, setting
 from producer.dashboard.app import LOW_CONFIDENCE, SAMPLE_S, Config, create_app
 from producer.dashboard.security import Auth
 from producer.options import RedisOptions
@@ -54,10 +54,9 @@ class DashboardOptions(RedisOptions):
         env="TICKETQ_DASHBOARD_POLL_S",
         check=Check(lambda s: s > 0, "must be > 0"),
     )
-    low_confidence: float = setting(
+    low_confidence: float = option(
         LOW_CONFIDENCE,
         help="what the results page calls low confidence",
-        env=False,
         check=Check(lambda c: 0 < c <= 1, "must be in (0, 1]"),
     )
 
