@@ -30,10 +30,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 
 import redis
 
 from producer import config
+from producer.config import at_least, group, option, setting
 from producer.options import DEFAULT_REDIS_URL
 from worker.bench.config import DEFAULT_MODES, MODES, BenchOptions
 from worker.bench.data import SAMPLE, DataError, Item, read_items
@@ -46,62 +48,82 @@ DEFAULT_BASELINE_N = 120
 QUICK_N, QUICK_BASELINE_N = 48, 16
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tickets",
-        metavar="FILE",
-        default=str(SAMPLE),
-        help="JSONL or CSV with id,text[,label] (default: the bundled sample; `make bench` generates "
-        "600 synthetic tickets with `python -m tools.synthetic` and passes them here)",
-    )
-    parser.add_argument(
-        "--modes",
-        default=",".join(DEFAULT_MODES),
-        help=f"comma-separated subset of {','.join(MODES)} (default: all but llamacpp, the optional peer)",
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help=f"smoke test: {QUICK_N} tickets, baselines on {QUICK_BASELINE_N}"
-    )
-    parser.add_argument(
-        "--baseline-n",
-        type=int,
-        help=f"tickets naive and per-item run on, a length-stratified sample (default {DEFAULT_BASELINE_N})",
-    )
-    parser.add_argument(
-        "--drain", type=int, default=256, help="tickets handed to the engine at once (default 256)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="the baseline sample (default 0)")
-    parser.add_argument(
-        "--workers",
-        default="0",
-        help="end-to-end: 0 runs the service in process; K runs K worker processes with cores//K threads "
-        "each; a list such as 1,2 runs each, side by side (default 0)",
-    )
-    parser.add_argument("--redis-url", default=os.environ.get("TICKETQ_REDIS_URL") or DEFAULT_REDIS_URL)
-    parser.add_argument(
-        "--prefix", help="end-to-end key prefix (default: a fresh random one; deleted afterwards)"
-    )
-    parser.add_argument(
-        "--noise-limit",
-        type=float,
-        default=0.10,
-        help="re-run a mode during which other processes used more than this share of the CPU (default 0.10)",
-    )
-    parser.add_argument(
-        "--retries", type=int, default=2, help="re-runs of a disturbed mode (default 2; 0: none)"
-    )
-    parser.add_argument(
-        "--quiet-wait", type=float, default=300, help="seconds to wait for a quiet machine before a re-run"
-    )
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
-    config.add_arguments(parser, EngineOptions, env=False)
+def _parse_modes(text: str) -> tuple[str, ...]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        raise ValueError(f"unknown modes {unknown}; choose from {','.join(MODES)}")
+    return tuple(modes)
 
 
-def run(args: argparse.Namespace) -> int:
+def _parse_workers(text: str) -> tuple[int, ...]:
     try:
-        modes, workers = _parse_modes(args.modes), _parse_workers(args.workers)
-        engine_opts = config.resolve(EngineOptions, args)
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise ValueError(f"expected K or a list like 0,1,2, got {text!r}") from None
+    if not ks or any(k < 0 for k in ks):
+        raise ValueError(f"expected K >= 0, got {text!r}")
+    return tuple(dict.fromkeys(ks))
+
+
+@dataclass(frozen=True)
+class BenchCommand:
+    tickets: str = option(
+        str(SAMPLE),
+        help="JSONL or CSV with id,text[,label] (`make bench` generates 600 synthetic tickets with "
+        "`python -m tools.synthetic` and passes them here)",
+        shown="the bundled sample",
+        metavar="FILE",
+    )
+    modes: tuple[str, ...] = option(
+        DEFAULT_MODES,
+        help=f"comma-separated subset of {','.join(MODES)}",
+        shown="all but llamacpp, the optional peer",
+        parse=_parse_modes,
+    )
+    quick: bool = option(False, help=f"smoke test: {QUICK_N} tickets, baselines on {QUICK_BASELINE_N}")
+    baseline_n: int | None = option(
+        None,
+        help="tickets naive and per-item run on, a length-stratified sample",
+        shown=f"{DEFAULT_BASELINE_N}; {QUICK_BASELINE_N} with --quick",
+        check=at_least(1),
+    )
+    drain: int = option(256, help="tickets handed to the engine at once", check=at_least(1))
+    seed: int = option(0, help="the baseline sample")
+    workers: tuple[int, ...] = option(
+        (0,),
+        help="end-to-end: 0 runs the service in process; K runs K worker processes with cores//K threads "
+        "each; a list such as 1,2 runs each, side by side",
+        shown="0",
+        parse=_parse_workers,
+    )
+    redis_url: str = setting(DEFAULT_REDIS_URL, help="end-to-end: Redis URL")
+    prefix: str | None = option(
+        None, help="end-to-end key prefix", shown="a fresh random one, deleted afterwards"
+    )
+    noise_limit: float = option(
+        0.10, help="re-run a mode during which other processes used more than this share of the CPU"
+    )
+    retries: int = option(2, help="re-runs of a disturbed mode (0: none)", check=at_least(0))
+    quiet_wait: float = option(300.0, help="seconds to wait for a quiet machine before a re-run")
+    json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
+    plot: str | None = option(None, help="write a PNG bar chart (needs matplotlib)", metavar="PATH")
+    engine: EngineOptions = group(EngineOptions, "engine", env=False)
+
+    def __post_init__(self) -> None:
+        found = config.problems(self)
+        if found:
+            raise ValueError("; ".join(found))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_arguments(parser, BenchCommand)
+
+
+def run(ns: argparse.Namespace) -> int:
+    try:
+        args = config.resolve(BenchCommand, ns, os.environ)
+        modes, workers, engine_opts = list(args.modes), list(args.workers), args.engine
         items, source = _load(args)
         if "end-to-end" in modes:
             redis.Redis.from_url(args.redis_url, socket_connect_timeout=3).ping()  # fail before the slow part
@@ -172,25 +194,7 @@ def _warn_if_busy(opts: BenchOptions) -> None:
         )
 
 
-def _parse_modes(text: str) -> list[str]:
-    modes = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = sorted(set(modes) - set(MODES))
-    if unknown or not modes:
-        raise ValueError(f"unknown modes {unknown}; choose from {','.join(MODES)}")
-    return modes
-
-
-def _parse_workers(text: str) -> list[int]:
-    try:
-        ks = [int(k) for k in text.split(",") if k.strip()]
-    except ValueError:
-        raise ValueError(f"--workers: expected K or a list like 0,1,2, got {text!r}") from None
-    if not ks or any(k < 0 for k in ks):
-        raise ValueError(f"--workers: expected K >= 0, got {text!r}")
-    return list(dict.fromkeys(ks))
-
-
-def _load(args: argparse.Namespace) -> tuple[list[Item], str]:
+def _load(args: BenchCommand) -> tuple[list[Item], str]:
     items = read_items(args.tickets)
     if args.quick:
         items = items[:QUICK_N]
