@@ -4,13 +4,17 @@ README tables generated from the declaration."""
 from __future__ import annotations
 
 import argparse
+import ast
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from producer import config
 from producer.config import SettingError, at_least, setting
 from tools import readme_tables
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -74,3 +78,25 @@ def test_the_readme_tables_are_the_declarations() -> None:
     text = readme_tables.README.read_text(encoding="utf-8")
     assert set(readme_tables.names(text)) == set(readme_tables.TABLES), "a table is missing its markers"
     assert readme_tables.render(text) == text, "README.md is stale: run python -m tools.readme_tables"
+
+
+def test_no_runtime_help_text_writes_a_default_by_hand() -> None:
+    """ "(default ...)" is generated from the declaration (producer/config.py); a string spelling one out
+    is a default written twice. Docstrings may talk about defaults."""
+    found = []
+    for path in sorted([*ROOT.glob("worker/**/*.py"), *ROOT.glob("producer/**/*.py")]):
+        if path == ROOT / "producer" / "config.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and "(default " in text and id(node) not in docs:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found
