@@ -6,9 +6,8 @@ Input for ``push``: JSON Lines (one ticket object per line) or CSV with a header
 Every ticket is validated before any is pushed, so a bad line fails the command with its line number and
 pushes nothing.
 
-Exit codes: 0 done; 1 ``push --wait`` or ``get`` did not find a result for every ticket; 2 bad input or
-usage; 3 Redis unreachable or refused the credentials; 4 Redis refused a command (ACL permissions, a key
-of the wrong type).
+Exit codes: :mod:`producer.exitcodes` (``FAILED``: ``push --wait`` or ``get`` did not find a result for
+every ticket).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import redis
 from producer import config
 from producer.client import Client, LabelError, encode
 from producer.config import at_least, option
+from producer.exitcodes import Exit, epilog, for_redis_error
 from producer.files import FORMATS, FileError, parse
 from producer.options import RedisOptions
 from producer.protocol import BadTicket
@@ -42,16 +42,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(client, args))
     except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     except ValueError as exc:  # a malformed --redis-url, a bad --limit
         print(f"ticketq-producer: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
         print(f"ticketq-producer: cannot reach Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 3
+        return for_redis_error(exc)
     except redis.ResponseError as exc:
         print(f"ticketq-producer: Redis refused a command: {exc}", file=sys.stderr)
-        return 4
+        return for_redis_error(exc)
 
 
 def _by_default() -> str | None:
@@ -108,7 +108,9 @@ def _check(obj: object) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ticketq-producer", description="Feed tickets to ticketq and read what it made of them."
+        prog="ticketq-producer",
+        description="Feed tickets to ticketq and read what it made of them.",
+        epilog=epilog(),
     )
     config.add_arguments(parser, RedisOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -182,7 +184,7 @@ def cmd_push(client: Client, args: argparse.Namespace) -> int:
             print(json.dumps({"id": tid, "pending": True}))
     if waited.pending:
         print(f"{len(waited.pending)} tickets still pending after {opts.timeout:g} s", file=sys.stderr)
-    return 0 if len(waited.results) == len(set(ids)) else 1
+    return Exit.OK if len(waited.results) == len(set(ids)) else Exit.FAILED
 
 
 def cmd_get(client: Client, args: argparse.Namespace) -> int:
@@ -192,7 +194,7 @@ def cmd_get(client: Client, args: argparse.Namespace) -> int:
             print(found[tid].to_json())
         else:
             print(f"no result for {tid}", file=sys.stderr)
-    return 0 if len(found) == len(set(args.ids)) else 1
+    return Exit.OK if len(found) == len(set(args.ids)) else Exit.FAILED
 
 
 def cmd_stats(client: Client, args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
 
+from producer.exitcodes import Exit
 from worker.engine.options import EngineOptions
 from worker.engine.types import BatchStats, Prediction
 
@@ -59,7 +60,7 @@ class KeywordClassifier:
         self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
     ) -> tuple[list[Prediction], list[BatchStats]]:
         if any("__exit__" in t for t in texts):
-            os._exit(70)
+            os._exit(Exit.INTERNAL)
         if any("__hang__" in t for t in texts):
             time.sleep(3600)
         if any("__raise__" in t for t in texts):

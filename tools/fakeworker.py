@@ -3,7 +3,7 @@
 
 It takes every ``ticketq-worker run`` flag; ``--model`` names the fake's labels, ``fake:a,b,c`` (optionally
 ``?delay_ms=N``), and defaults to ``fake:billing,technical,account``. The fake's test hooks (a ticket
-containing ``__raise__`` makes the classifier raise; ``__exit__`` ends the process with status 70) exist
+containing ``__raise__`` makes the classifier raise; ``__exit__`` ends the process, status 70) exist
 only here, so no worker started with ``ticketq-worker`` can be made to run them.
 """
 
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
+from producer.exitcodes import Exit
 from tools.fake import PREFIX, KeywordClassifier
 from worker import settings as settings_mod
 from worker.engine.options import EngineOptions
@@ -37,12 +38,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = settings_mod.from_args(args)
     except ConfigError as exc:
         print(f"fakeworker: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     if settings.engine.model == EngineOptions().model:  # not given: the fake's default labels
         settings = replace(settings, engine=replace(settings.engine, model=DEFAULT_MODEL))
     elif not settings.engine.model.startswith(PREFIX):
         print(f"fakeworker: --model must be {PREFIX}LABEL,LABEL...", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     return serve(settings, load=load_fake)
 
 

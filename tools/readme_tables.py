@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from producer import config
+from producer import config, exitcodes
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- generated: ([\w .-]+) -->\n)(.*?)(<!-- end generated -->)", re.S)
@@ -25,6 +25,7 @@ def _worker_run() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "worker run flags": _worker_run,
+    "exit codes": exitcodes.markdown,
 }
 
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from producer import config
 from producer.client import mask_url
 from producer.config import at_least, option, setting
+from producer.exitcodes import Exit
 from producer.options import RedisOptions
 from producer.protocol import Keys, cluster_prefix
-from worker.errors import EXIT_CONFIG
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def run(ns: argparse.Namespace) -> int:
         args = config.resolve(CheckOptions, ns, os.environ)
     except ValueError as exc:
         print(f"ticketq-worker check: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return Exit.CONFIG
     keys = Keys(cluster_prefix(args.prefix) if args.cluster else args.prefix)
     client = connect(args.redis_url, socket_timeout=args.timeout, cluster=args.cluster)
     host = socket.gethostname()
@@ -64,7 +64,7 @@ def run(ns: argparse.Namespace) -> int:
             beats = pipe.execute() if ids else []
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         print(f"unhealthy: Redis at {mask_url(args.redis_url)}: {type(exc).__name__}: {exc}")
-        return 1
+        return Exit.FAILED
     alive = []
     for wid, beat in zip(ids, beats, strict=True):
         if beat is None:
@@ -78,6 +78,6 @@ def run(ns: argparse.Namespace) -> int:
     if not alive:
         who = args.worker_id or f"host {host}"
         print(f"unhealthy: no live heartbeat for {who} under {keys.prefix}")
-        return 1
+        return Exit.FAILED
     print("healthy: " + ", ".join(alive))
     return 0

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from producer.exitcodes import Exit, epilog
 from worker import settings as settings_mod
-from worker.errors import EXIT_CONFIG, ConfigError
+from worker.errors import ConfigError
 
 # command -> module; each module exposes add_arguments(parser) and run(args) -> int
 _COMMANDS = {
@@ -35,7 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_in or args_in[0] not in {"run", *available}:
         args_in.insert(0, "run")
     parser = argparse.ArgumentParser(
-        prog="ticketq-worker", description="Classify support tickets from Redis with a small language model."
+        prog="ticketq-worker",
+        description="Classify support tickets from Redis with a small language model.",
+        epilog=epilog(),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     others = ", ".join(available)
@@ -44,16 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="classify tickets from Redis until stopped (the default)",
         usage="ticketq-worker [run] [flags]",
         description="Classify tickets from Redis until stopped (the default command). Other commands: "
-        f"{others} (ticketq-worker COMMAND --help). Exit codes: 0 stopped or burst done, 1 model failed "
-        "to load, 2 settings, 3 Redis auth or permissions, 4 a key of the wrong type, 5 --burst gave up "
-        "on Redis, 6 stalled (watchdog), 128+N second signal N.",
+        f"{others} (ticketq-worker COMMAND --help).",
+        epilog=epilog(),
     )
     settings_mod.add_arguments(run)
     run.set_defaults(func=run_service)
     for name, module in available.items():
         if args_in[0] == name:  # import only the command that runs
             mod: Any = importlib.import_module(module)
-            cmd = sub.add_parser(name, help=_first_line(mod.__doc__))
+            cmd = sub.add_parser(name, help=_first_line(mod.__doc__), epilog=epilog())
             mod.add_arguments(cmd)
             cmd.set_defaults(func=mod.run)
         else:
@@ -71,7 +73,7 @@ def run_service(args: argparse.Namespace) -> int:
         preflight.check(settings)
     except ConfigError as exc:
         print(f"ticketq-worker: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return Exit.CONFIG
     from worker import wiring
 
     return wiring.serve(settings)

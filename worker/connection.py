@@ -17,7 +17,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError, TransientError
+from producer.exitcodes import Exit
+from worker.errors import FatalError, TransientError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -74,13 +75,13 @@ def fatal_from(exc: BaseException) -> FatalError | None:
     """The :class:`FatalError` a Redis exception amounts to, or ``None`` when it is not fatal."""
     if isinstance(exc, _AUTH):
         return FatalError(
-            f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=EXIT_AUTH
+            f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=Exit.REDIS_ACCESS
         )
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
         return FatalError(
             f"a ticketq key holds the wrong type (another program writes under this prefix?): {exc}",
             cause="wrongtype",
-            exit_code=EXIT_WRONGTYPE,
+            exit_code=Exit.REDIS_REFUSED,
         )
     return None
 

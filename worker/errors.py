@@ -3,14 +3,11 @@
 - :class:`~producer.protocol.BadTicket` (permanent): the payload can never be classified; dead-letter it.
 - :class:`TransientError`: Redis is unreachable or timed out; wait, reconnect and retry the same step.
   Nothing is lost meanwhile because claimed payloads stay in the worker's in-flight list in Redis.
-- :class:`ConfigError`: bad flags or environment; reported once at start-up, exit code 2.
+- :class:`ConfigError`: bad flags or environment; reported once at start-up, exit ``Exit.CONFIG``.
 - :class:`FatalError`: retrying cannot help (a wrong password, missing ACL permissions, a key of the wrong
   type): the worker hands back its claims if it can and exits at once with the error's exit code.
 
-Exit codes of ``ticketq-worker`` (documented in README, Operations): 0 done, 1 the model failed to load,
-2 settings, 3 Redis refused our credentials or permissions, 4 a ticketq key holds the wrong type,
-5 ``--burst`` gave up on an unreachable Redis, 6 the watchdog found the loop stalled, 70 a test poison
-ticket (fake model), 128+N stopped by a second signal N.
+Exit codes: :mod:`producer.exitcodes`, one table for every command.
 """
 
 from __future__ import annotations
@@ -22,13 +19,6 @@ from dataclasses import dataclass
 from producer.protocol import BadTicket
 
 __all__ = ["Backoff", "BadTicket", "ConfigError", "FatalError", "TicketqError", "TransientError"]
-
-EXIT_MODEL = 1
-EXIT_CONFIG = 2
-EXIT_AUTH = 3
-EXIT_WRONGTYPE = 4
-EXIT_REDIS_GONE = 5
-EXIT_STALLED = 6
 
 
 class TicketqError(Exception):

@@ -22,6 +22,7 @@ from typing import Any
 
 from producer import config
 from producer.config import at_least, group, option
+from producer.exitcodes import Exit
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import EngineOptions
 
@@ -103,7 +104,7 @@ def run(ns: argparse.Namespace) -> int:
         check_labels(items, task.labels)
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     engine = load_engine("eval", options)
     if isinstance(engine, int):
         return engine
@@ -136,7 +137,7 @@ def load_engine(command: str, options: EngineOptions) -> Any:
         return Engine.load(options, log=head_log(command))
     except (HeadError, ModelError) as exc:
         print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, HeadError) else 1
+        return Exit.CONFIG if isinstance(exc, HeadError) else Exit.FAILED
 
 
 def head_log(command: str) -> Any:

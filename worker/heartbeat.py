@@ -22,14 +22,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from worker.errors import EXIT_STALLED, FatalError, TransientError
+from producer.exitcodes import Exit
+from worker.errors import FatalError, TransientError
 from worker.logs import get_logger
 from worker.queue import RedisQueue
 
 
 def _exit_stalled(_: float) -> None:
     sys.stderr.flush()
-    os._exit(EXIT_STALLED)  # the main thread is stuck: no cleanup can run there, so none is attempted
+    os._exit(Exit.STALLED)  # the main thread is stuck: no cleanup can run there, so none is attempted
 
 
 class Heartbeat(threading.Thread):

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from producer.exitcodes import Exit
 from worker.contract import Classifier
 from worker.engine.types import BatchStats
-from worker.errors import EXIT_REDIS_GONE, Backoff, FatalError, TransientError
+from worker.errors import Backoff, FatalError, TransientError
 from worker.headwatch import HeadWatch
 from worker.heartbeat import Heartbeat
 from worker.logs import get_logger
@@ -127,14 +128,14 @@ class Service:
                 waited_s=s.burst_wait_s,
                 note="--burst: Redis unreachable too long; in-flight payloads stay for recovery",
             )
-            return EXIT_REDIS_GONE
+            return Exit.REDIS_GONE
         except FatalError as exc:
             self._log.error("fatal", cause=exc.cause, error=str(exc), exit_code=exc.exit_code)
             self._leave()
             return exc.exit_code
         except HardStop as stop:
             self._requeue_after_hard_stop()
-            return 128 + stop.signum
+            return Exit.SIGNAL + stop.signum
         finally:
             if self.heartbeat is not None and self.heartbeat.is_alive():
                 self.heartbeat.stop()

@@ -14,8 +14,7 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
 running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
 
-Exit codes: 0 done; 1 the model could not be loaded or the head not written; 2 bad input or usage (a head
-that does not fit included); 3 Redis unreachable or refused the credentials; 4 Redis refused a command.
+Exit codes: :mod:`producer.exitcodes` (a head that does not fit the model is a bad input, ``CONFIG``).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import redis
 
 from producer import config
 from producer.config import group, option
+from producer.exitcodes import Exit, for_redis_error
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.evaluate import confusion_table
@@ -51,15 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     corrections.add_arguments(parser)
 
 
-def fail(message: str, code: int = 2) -> int:
+def fail(message: str, code: Exit = Exit.CONFIG) -> int:
     print(f"ticketq-worker train: {message}", file=sys.stderr)
     return code
-
-
-def redis_exit(exc: redis.RedisError) -> int:
-    """The producer's codes: 4 when Redis refused a command (ACL, wrong type), else 3 (unreachable, or
-    it refused the credentials)."""
-    return 4 if isinstance(exc, redis.ResponseError) else 3
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -98,7 +92,7 @@ def run(ns: argparse.Namespace) -> int:
     except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
     except redis.RedisError as exc:
-        return fail(f"Redis: {type(exc).__name__}: {exc}", redis_exit(exc))
+        return fail(f"Redis: {type(exc).__name__}: {exc}", for_redis_error(exc))
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
@@ -120,15 +114,15 @@ def run(ns: argparse.Namespace) -> int:
         try:
             head.save(out)
         except OSError as exc:
-            return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
+            return fail(f"cannot write {out}: {exc.strerror or exc}", Exit.FAILED)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
     if store.publish:
         try:
             version = redis_client.publish_head(head.to_bytes(), by=store.by)
         except redis.RedisError as exc:
-            return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
+            return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", for_redis_error(exc))
         except ValueError as exc:
-            return fail(f"cannot publish the head: {exc}", 1)
+            return fail(f"cannot publish the head: {exc}", Exit.FAILED)
         print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from producer import config
 from producer.config import at_least, group, option
+from producer.exitcodes import Exit
 from worker.bench.data import SAMPLE, read_items
 from worker.engine.options import EngineOptions
 
@@ -53,7 +54,7 @@ def run(ns: argparse.Namespace) -> int:
         texts = [it.text for it in read_items(args.tickets)][: args.limit]
     except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     from worker.evaluate import load_engine
 
     engine = load_engine("verify", options)
@@ -93,7 +94,7 @@ def run(ns: argparse.Namespace) -> int:
     if engine.head is not None:
         failed |= _verify_head(engine, reference, texts, exact)
     if failed:
-        return 1
+        return Exit.FAILED
     print("OK" if exact else "reported (bfloat16: near-ties may flip)")
     return 0
 

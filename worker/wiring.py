@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from producer.exitcodes import Exit
 from producer.protocol import Keys, cluster_prefix
 from worker.contract import Classifier
-from worker.errors import EXIT_CONFIG, EXIT_MODEL
 from worker.settings import Settings
 
 if TYPE_CHECKING:
@@ -109,21 +109,21 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
             metrics.serve(settings.metrics_port)
         except OSError as exc:
             log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
-            return EXIT_CONFIG
+            return Exit.CONFIG
         log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
     try:
         loaded = load(settings)
     except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback
         if _is_head_error(exc):
             log.error("head_refused", error=str(exc))
-            return 2
+            return Exit.CONFIG
         log.error("engine_load_failed", model=settings.engine.model, error=f"{type(exc).__name__}: {exc}")
-        return EXIT_MODEL
+        return Exit.FAILED
     try:
         service = build_service(settings, loaded, metrics=metrics)
     except ValueError as exc:  # e.g. routes without a handler
         log.error("bad_routes", error=str(exc))
-        return EXIT_CONFIG
+        return Exit.CONFIG
     service.install_signals()
     return int(service.run())
 

@@ -21,6 +21,7 @@ from producer.client import Client, mask_url
 from producer.config import Check, between, option, setting
 from producer.dashboard.app import LOW_CONFIDENCE, SAMPLE_S, Config, create_app
 from producer.dashboard.security import Auth
+from producer.exitcodes import Exit, epilog
 from producer.options import RedisOptions
 
 
@@ -68,7 +69,9 @@ class DashboardOptions(RedisOptions):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="ticketq-dashboard", description="Watch the queue live, correct labels, replay dead letters."
+        prog="ticketq-dashboard",
+        description="Watch the queue live, correct labels, replay dead letters.",
+        epilog=epilog(),
     )
     config.add_arguments(p, DashboardOptions)
     return p
@@ -113,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"ticketq-dashboard: cannot reach Redis at {mask_url(config.redis_url)}: {exc}", file=sys.stderr
         )
-        return 3
+        return Exit.REDIS_ACCESS
     import uvicorn
 
     mode = "actions need the token or basic auth" if config.auth.enabled else "read-only"

@@ -13,10 +13,11 @@ import redis
 from support import FakeClassifier, finished
 
 from producer.client import Client
+from producer.exitcodes import Exit
 from producer.protocol import DeadLetter, Keys, Result
 from tools.redis_server import RedisServer
 from worker.contract import Rejected
-from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError
+from worker.errors import FatalError
 from worker.metrics import Metrics
 from worker.queue import RedisQueue, connect
 from worker.service import Service
@@ -84,7 +85,7 @@ def test_a_key_of_the_wrong_type_is_fatal_not_transient(r: redis.Redis, keys: Ke
     q = RedisQueue(r, keys, "w1")
     with pytest.raises(FatalError) as err:
         q.claim(10, max_wait_s=0)
-    assert err.value.exit_code == EXIT_WRONGTYPE and "WRONGTYPE" in str(err.value)
+    assert err.value.exit_code == Exit.REDIS_REFUSED and "WRONGTYPE" in str(err.value)
 
 
 def test_a_wrong_password_and_missing_permissions_are_fatal(tmp_path: Path) -> None:
@@ -93,14 +94,14 @@ def test_a_wrong_password_and_missing_permissions_are_fatal(tmp_path: Path) -> N
         bad = RedisQueue(connect(server.url.replace(":right@", ":wrong@")), keys, "w1")
         with pytest.raises(FatalError) as err:
             bad.depth()
-        assert err.value.exit_code == EXIT_AUTH and err.value.cause == "auth"
+        assert err.value.exit_code == Exit.REDIS_ACCESS and err.value.cause == "auth"
         admin = server.client()
         admin.execute_command("ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read", "+@connection")
         reader = RedisQueue(connect(f"redis://reader:pw@127.0.0.1:{server.port}/0"), keys, "w1")
         assert reader.depth() == 0  # reading is allowed
         with pytest.raises(FatalError) as err:
             reader.claim(1, block_s=0.1, max_wait_s=0)
-        assert err.value.exit_code == EXIT_AUTH and "NoPermissionError" in str(err.value)
+        assert err.value.exit_code == Exit.REDIS_ACCESS and "NoPermissionError" in str(err.value)
 
 
 def test_a_drain_records_metrics_and_results_carry_queue_and_processing_time(

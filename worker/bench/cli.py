@@ -36,6 +36,7 @@ import redis
 
 from producer import config
 from producer.config import at_least, group, option, setting
+from producer.exitcodes import Exit
 from producer.options import DEFAULT_REDIS_URL
 from worker.bench.config import DEFAULT_MODES, MODES, BenchOptions
 from worker.bench.data import SAMPLE, DataError, Item, read_items
@@ -129,7 +130,7 @@ def run(ns: argparse.Namespace) -> int:
             redis.Redis.from_url(args.redis_url, socket_connect_timeout=3).ping()  # fail before the slow part
     except (ValueError, DataError, redis.RedisError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
-        return 2
+        return Exit.CONFIG
     from worker.bench.e2e import EndToEndError
     from worker.bench.runner import bench
     from worker.engine import autodtype, threads
@@ -150,7 +151,7 @@ def run(ns: argparse.Namespace) -> int:
         )
     except (ModelError, TaskError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     if decision is not None:
         how = "read from the cache" if decision.cached else f"measured in {decision.seconds:.1f} s"
         notes.append(f"dtype auto chose {decision.chosen} ({how}): {decision.reason}")
@@ -172,7 +173,7 @@ def run(ns: argparse.Namespace) -> int:
         report = bench(opts, loaded, task, items, source, notes)
     except (EndToEndError, ConfigError, ValueError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
-        return 1
+        return Exit.FAILED
     print(report.table())
     if args.json:
         write_json(report, args.json)
