@@ -17,6 +17,7 @@ from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, load_task
+from .training import resolve_head
 from .types import BatchStats, Prediction
 
 
@@ -48,7 +49,6 @@ class Engine:
         head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
         **fields)`` hears of a head being trained or taken from the cache."""
         from . import autodtype, threads
-        from .training import resolve_head
 
         opts = options or EngineOptions()
         chosen = threads.apply(opts.threads)

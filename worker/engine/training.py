@@ -8,18 +8,43 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from .features import Recipe
 from .fit import fit
-from .head import Head, HeadError, digest
-from .model import cache_root
+from .head import Head, HeadError, Identity, digest
+from .model import LoadedModel, cache_root
 from .options import is_no_head
+from .task import Task
+from .types import BatchStats
 
-if TYPE_CHECKING:
-    from .engine import Engine
+
+class Engine(Protocol):
+    """What training needs of an engine (:class:`worker.engine.engine.Engine` is one): a protocol, so
+    that this module does not import the engine, which imports it to resolve its head."""
+
+    loaded: LoadedModel
+    task: Task
+
+    @property
+    def identity(self) -> Identity: ...
+
+    @property
+    def n_layers(self) -> int: ...
+
+    def use_head(self, head: Head | None) -> None: ...
+
+    def features(
+        self,
+        texts: Sequence[str],
+        recipe: Recipe | None = None,
+        progress: Callable[[int], None] | None = None,
+        *,
+        on_pass: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[torch.Tensor, list[BatchStats]]: ...
+
 
 # progress(stage, done, total): stage is "features" (tickets) or "fit" (cross-validation fits)
 Progress = Callable[[str, int, int], None]
