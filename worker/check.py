@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     import redis
 
-    from worker.queue import connect
+    from worker.connection import connect
 
     try:
         args = config.resolve(CheckOptions, ns, os.environ)

@@ -15,9 +15,9 @@ from typing import Any
 import redis
 
 from producer.protocol import Keys
+from worker.connection import transient
 from worker.contract import TakesHeads
 from worker.logs import get_logger
-from worker.queue import transient
 
 
 class HeadWatch:

@@ -36,14 +36,12 @@ from producer.protocol import (
     payload_digest,
     peek_id,
 )
-
-# connect and transient live in worker.connection; re-exported here, where callers have always found them
-from worker.connection import connect, is_cluster, transient
+from worker.connection import is_cluster, transient
 from worker.contract import Finished, Rejected
 from worker.errors import TransientError
 from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
 
-__all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
+__all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue"]
 
 _WATCH_RETRIES = 64
 # Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while

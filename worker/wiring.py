@@ -51,9 +51,10 @@ def merge_routes(settings: Settings, loaded: Loaded) -> tuple[dict[str, str], st
 
 
 def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None = None) -> Service:
+    from worker.connection import connect
     from worker.heartbeat import Heartbeat
     from worker.metrics import Metrics
-    from worker.queue import RedisQueue, connect
+    from worker.queue import RedisQueue
     from worker.service import Service
 
     metrics = metrics or Metrics()

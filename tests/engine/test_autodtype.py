@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from worker.engine import autodtype
-from worker.engine.autodtype import Decision, Trial, pick
+from worker.engine.autodtype import DtypeChoice, Trial, pick
 from worker.engine.engine import Engine
 from worker.engine.model import LoadedModel, ModelError
 from worker.engine.task import Task, load_task
@@ -59,8 +59,8 @@ def test_no_reference_no_decision() -> None:
 
 
 def test_decision_round_trips_through_json() -> None:
-    d = Decision("bfloat16", "why", (_trial("float32", 1.0), _trial("bfloat16", 0.5)), {"k": "v"})
-    back = Decision.from_json(json.loads(json.dumps(d.to_json())))
+    d = DtypeChoice("bfloat16", "why", (_trial("float32", 1.0), _trial("bfloat16", 0.5)), {"k": "v"})
+    back = DtypeChoice.from_json(json.loads(json.dumps(d.to_json())))
     assert back.chosen == "bfloat16" and back.trials == d.trials and back.cached
     fields = d.log_fields()
     assert fields["dtype_chosen"] == "bfloat16"

@@ -18,7 +18,8 @@ from support import finished, need_binary, wait_for
 from producer.client import Client
 from producer.protocol import Keys, cluster_prefix
 from tools.redis_cluster import RedisCluster
-from worker.queue import RedisQueue, connect
+from worker.connection import connect
+from worker.queue import RedisQueue
 
 pytestmark = [pytest.mark.redis, pytest.mark.process, pytest.mark.cluster]
 

@@ -19,9 +19,10 @@ import producer.client as client_mod
 from producer.client import Client, LabelError
 from producer.learning import LABEL_SCRIPT
 from producer.protocol import Keys, Result, Ticket
+from worker.connection import connect
 from worker.corrections import read_corrections, training_set
 from worker.headwatch import HeadWatch
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
 

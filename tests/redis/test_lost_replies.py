@@ -10,8 +10,9 @@ import redis
 from support import tickets, wait_for
 
 from producer.protocol import Keys
+from worker.connection import connect
 from worker.errors import TransientError
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 
 MB = 1024 * 1024
 

@@ -16,10 +16,11 @@ from producer.client import Client
 from producer.exitcodes import Exit
 from producer.protocol import DeadLetter, Keys, Result
 from tools.redis_server import RedisServer
+from worker.connection import connect
 from worker.contract import Rejected
 from worker.errors import FatalError
 from worker.metrics import Metrics
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
 

@@ -15,7 +15,8 @@ from support import run_producer_cli as run_cli
 
 from producer.client import Client
 from producer.protocol import DeadLetter, Keys
-from worker.queue import RedisQueue, connect
+from worker.connection import connect
+from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
 

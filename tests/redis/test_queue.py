@@ -13,9 +13,10 @@ from support import finished
 
 from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
 from worker import lua
+from worker.connection import connect
 from worker.contract import Rejected
 from worker.errors import TransientError
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 
 pytestmark = pytest.mark.redis
 

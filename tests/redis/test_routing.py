@@ -16,7 +16,8 @@ from structlog.testing import capture_logs
 from support import FakeClassifier, finished
 
 from producer.protocol import Keys, Result, payload_digest
-from worker.queue import RedisQueue, connect
+from worker.connection import connect
+from worker.queue import RedisQueue
 from worker.routing import Router, job_id
 from worker.service import Service
 from worker.settings import Settings

@@ -13,10 +13,11 @@ from structlog.testing import capture_logs
 from support import proxied_url, wait_for
 
 from producer.protocol import DeadLetter, Keys, Result
+from worker.connection import connect
 from worker.engine.options import EngineOptions
 from worker.errors import Backoff
 from worker.heartbeat import Heartbeat
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
 from worker.stage import process

@@ -116,12 +116,6 @@ def non_embedding_params(model: Any) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
-def useful_flops(model: Any, prefix_len: int, segment_lengths: Sequence[int]) -> float:
-    """The module docstring's formula, summed over tickets."""
-    fm = FlopModel.of(model, prefix_len, tree=0, label_lens=(1,))
-    return sum(fm.tokens(n, past=prefix_len) for n in segment_lengths)
-
-
 # Which computation each bench mode performs (end-to-end modes run the engine's).
 METHODS = {
     "naive": "naive",

@@ -43,7 +43,7 @@ CUDA_CANDIDATES = ("float32", "float16", "bfloat16")
 REFERENCE = "float32"
 MARGIN = 0.10  # leave float32 only for a candidate at least this much faster
 CLOSE = 0.30  # timings closer than this get a second interleaved round
-VERSION = 1  # bump when the measurement changes: old cached decisions are then ignored
+CACHE_VERSION = 1  # bump when the measurement changes: old cached decisions are then ignored
 
 # Short, varied tickets added to the task's own examples, so the timed pass has a few rows to pack
 # and the agreement check more than three tickets to look at.
@@ -78,7 +78,7 @@ class Trial:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DtypeChoice:
     chosen: str
     reason: str
     trials: tuple[Trial, ...]
@@ -99,7 +99,7 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": VERSION,
+            "version": CACHE_VERSION,
             "chosen": self.chosen,
             "reason": self.reason,
             "key": self.key,
@@ -109,7 +109,7 @@ class Decision:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Decision:
+    def from_json(cls, data: dict[str, Any]) -> DtypeChoice:
         trials = tuple(
             Trial(t["dtype"], float(t["seconds"]), tuple(t["labels"]), float(t.get("max_delta", 0.0)))
             for t in data["trials"]
@@ -270,18 +270,18 @@ def cache_file(key: dict[str, str], directory: Path | None = None) -> Path:
     return (directory or cache_root() / "dtype") / f"{name}.json"
 
 
-def read_cached(key: dict[str, str], directory: Path | None = None) -> Decision | None:
+def read_cached(key: dict[str, str], directory: Path | None = None) -> DtypeChoice | None:
     path = cache_file(key, directory)
     try:
         data = json.loads(path.read_text())
-        if data.get("version") != VERSION or data.get("key") != key:
+        if data.get("version") != CACHE_VERSION or data.get("key") != key:
             return None
-        return Decision.from_json(data)
+        return DtypeChoice.from_json(data)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent, torn or from another version: measure again
 
 
-def write_cached(decision: Decision, directory: Path | None = None) -> None:
+def write_cached(decision: DtypeChoice, directory: Path | None = None) -> None:
     path = cache_file(decision.key, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -299,7 +299,7 @@ def choose(
     cache_dir: Path | None = None,
     refresh: bool = False,
     timer: Timer = _wall,
-) -> tuple[LoadedModel, Decision]:
+) -> tuple[LoadedModel, DtypeChoice]:
     """``loaded`` (float32) converted to the measured best dtype, and the decision (cached or new)."""
     if loaded.dtype != torch.float32:
         raise ModelError("dtype auto measures from a float32 model")
@@ -315,7 +315,7 @@ def choose(
     start = time.perf_counter()
     trials, models = measure(loaded, task, make_engine, names, timer=timer)
     chosen, reason = pick(trials)
-    decision = Decision(chosen, reason, tuple(trials), key, seconds=time.perf_counter() - start)
+    decision = DtypeChoice(chosen, reason, tuple(trials), key, seconds=time.perf_counter() - start)
     with contextlib.suppress(OSError):  # a read-only cache costs the next start a few seconds, no more
         write_cached(decision, cache_dir)
     return models[chosen], decision
@@ -342,7 +342,7 @@ def load(
     dtype: str = "auto",
     device: str = "auto",
     cache_dir: Path | None = None,
-) -> tuple[LoadedModel, Decision | None]:
+) -> tuple[LoadedModel, DtypeChoice | None]:
     """Load ``model`` in ``dtype``; for ``auto``, in the dtype measured (or cached) for this machine."""
     from .model import load_model, resolve_source
 
