@@ -24,8 +24,8 @@ def seeded(r: redis.Redis, keys: Keys) -> Seeded:
 
 
 @pytest.fixture
-def make_app(redis_url: str, prefix: str):  # type: ignore[no-untyped-def]
-    def make(auth: Auth | None = None):  # type: ignore[no-untyped-def]
+def make_app(redis_url: str, prefix: str):
+    def make(auth: Auth | None = None):
         config = Config(redis_url=redis_url, prefix=prefix, auth=auth or Auth(), sample_s=0.5)
         return create_app(config, Client.from_url(redis_url, prefix))
 
@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def live_server(make_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def live_server(make_app) -> Iterator[str]:
     """The app served by uvicorn on a free local port, with a token configured; yields its base URL."""
     import uvicorn
 
@@ -60,14 +60,14 @@ def live_server(make_app) -> Iterator[str]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def browser():  # type: ignore[no-untyped-def]
+def browser():
     from dashboard_browser import launch
 
     yield from launch()
 
 
 @pytest.fixture
-def page(browser):  # type: ignore[no-untyped-def]
+def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     page.set_default_timeout(10_000)

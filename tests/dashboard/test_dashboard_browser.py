@@ -31,7 +31,7 @@ def test_overview_shows_the_numbers_in_redis(
 
 def test_ticket_text_renders_as_text(page, live_server: str, seeded: Seeded) -> None:
     alerts: list[str] = []
-    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))  # type: ignore[func-returns-value]
     page.goto(live_server + "/dead")
     assert XSS in page.locator("#dead").inner_text()
     page.goto(live_server + "/results")

@@ -23,7 +23,7 @@ def _inputs(dtype: torch.dtype, masked: bool = True) -> tuple[torch.Tensor, ...]
     k = torch.randn(rows, KV_HEADS, prefix + width, DIM, generator=g).to(dtype)
     v = torch.randn(rows, KV_HEADS, prefix + width, DIM, generator=g).to(dtype)
     if not masked:
-        return q, k, v, None
+        return q, k, v, None  # type: ignore[return-value]
     ticket = torch.arange(width) // 12
     pos = torch.arange(width)
     own = (ticket[:, None] == ticket[None, :]) & (pos[:, None] >= pos[None, :])
@@ -38,13 +38,13 @@ def test_grouped_heads_give_transformers_numbers(dtype: torch.dtype, tol: float)
     a wrong grouping would be off by O(1)."""
     module = SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, is_causal=True, training=False)
     q, k, v, mask = _inputs(dtype)
-    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=DIM**-0.5)
-    got, weights = attention.grouped_sdpa(module, q, k, v, mask, scaling=DIM**-0.5)
+    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=DIM**-0.5)  # type: ignore[arg-type]
+    got, weights = attention.grouped_sdpa(module, q, k, v, mask, scaling=DIM**-0.5)  # type: ignore[arg-type]
     assert weights is None
     assert got.shape == want.shape == (4, 24, HEADS, DIM)  # (batch, queries, heads, head_dim)
     assert got.is_contiguous()
     assert (got.float() - want.float()).abs().max().item() <= tol
-    rolled = attention.grouped_sdpa(module, q, k.roll(1, dims=1), v.roll(1, dims=1), mask, scaling=DIM**-0.5)
+    rolled = attention.grouped_sdpa(module, q, k.roll(1, dims=1), v.roll(1, dims=1), mask, scaling=DIM**-0.5)  # type: ignore[arg-type]
     assert (rolled[0].float() - want.float()).abs().max().item() > 0.1  # the grouping is what is tested
 
 
@@ -53,8 +53,8 @@ def test_without_a_mask_it_is_transformers_own_sdpa() -> None:
     module = SimpleNamespace(num_key_value_groups=HEADS // KV_HEADS, is_causal=True, training=False)
     q, k, v, _ = _inputs(torch.float32, masked=False)
     k, v = k[:, :, :24], v[:, :, :24]
-    want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=DIM**-0.5)
-    got, _ = attention.grouped_sdpa(module, q, k, v, None, scaling=DIM**-0.5)
+    want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=DIM**-0.5)  # type: ignore[arg-type]
+    got, _ = attention.grouped_sdpa(module, q, k, v, None, scaling=DIM**-0.5)  # type: ignore[arg-type]
     assert torch.equal(got, want)
 
 

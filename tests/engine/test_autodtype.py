@@ -85,7 +85,7 @@ def _timer(seconds: dict[str, float], calls: list[str], flip: str | None = None)
     return timer
 
 
-def _choose(tiny: LoadedModel, tmp: Path, timer: Timer, **kw):  # type: ignore[no-untyped-def]
+def _choose(tiny: LoadedModel, tmp: Path, timer: Timer, **kw):
     task = kw.pop("task", load_task())
     return autodtype.choose(
         tiny, task, lambda m: Engine(m, task), source="tiny", cache_dir=tmp, timer=timer, **kw

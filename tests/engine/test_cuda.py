@@ -64,7 +64,7 @@ def test_gpu_engine_agrees_with_the_cpu_reference(
     assert all(margins[i] < NEAR_TIE for i in flips), [round(float(margins[i]), 3) for i in flips]
 
 
-def test_auto_measures_the_half_precisions_on_cuda(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_auto_measures_the_half_precisions_on_cuda(tmp_path) -> None:
     task = load_task()
     loaded = load_model("smollm2", dtype="float32", device="cuda")
     chosen, decision = autodtype.choose(

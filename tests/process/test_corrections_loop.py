@@ -13,6 +13,7 @@ import csv
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -83,7 +84,8 @@ def test_corrections_train_publish_and_both_workers_switch_without_restart(
         assert all(w.alive for w in workers)  # no restart: the same processes
 
         again = client.push_and_wait(
-            [{"id": f"{tid}-again", "text": r.get(keys.text(tid)).decode()} for tid in wrong], timeout=120
+            [{"id": f"{tid}-again", "text": cast(bytes, r.get(keys.text(tid))).decode()} for tid in wrong],
+            timeout=120,
         )
         assert again.complete and not again.dead
         results = {tid.removesuffix("-again"): res for tid, res in again.results.items()}

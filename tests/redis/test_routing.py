@@ -118,7 +118,7 @@ def test_jobs_are_part_of_the_ack_transaction(r: redis.Redis, keys: Keys, rq_que
     (claimed,) = q.claim(1, max_wait_s=0)
     original = q._plan
 
-    def racing_plan(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def racing_plan(*args, **kwargs):
         if not r.hexists(keys.results, f"{keys.prefix}-0"):
             other = json.dumps({"id": f"{keys.prefix}-0", "text": "billing: other"}).encode()
             r.hset(keys.results, f"{keys.prefix}-0", finished(other).result.to_json())

@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -33,7 +34,7 @@ def tickets(n: int, start: int = 0) -> list[bytes]:
 
 
 def make_service(
-    url: str, keys: Keys, classifier: object, *, burst: bool = True, heartbeat: bool = False, **kw: object
+    url: str, keys: Keys, classifier: Any, *, burst: bool = True, heartbeat: bool = False, **kw: Any
 ) -> Service:
     settings = Settings(
         redis_url=url,
@@ -50,7 +51,7 @@ def make_service(
 
 
 def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
-    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any
 ) -> None:
     bad = [b"\xff", b"[]", b'{"id": "x1"}', b'{"id": "x2", "text": "   "}', b'{"id": 3, "text": "a"}']
     r.lpush(keys.tickets, *tickets(40), *bad)
@@ -61,7 +62,7 @@ def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
     assert not r.sismember(keys.workers, "w1") and not r.exists(keys.heartbeat("w1"))
     reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in r.lrange(keys.dead, 0, -1))
     assert reasons == ["empty field", "missing field", "not UTF-8", "not a JSON object", "wrong type"]
-    labels = {i: Result.from_json(r.hget(keys.results, f"t{i}")).label for i in range(3)}
+    labels = {i: Result.from_json(r.hget(keys.results, f"t{i}")).label for i in range(3)}  # type: ignore[arg-type]
     assert labels == {0: "billing", 1: "technical", 2: "account"}
     events = [e["event"] for e in logs]
     assert events[0] == "worker_start" and events[-1] == "burst_done"
@@ -75,7 +76,7 @@ def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
     assert "redis_url" in logs[0]["settings"]
 
 
-def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier: object) -> None:
+def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier: Any) -> None:
     raws = [
         json.dumps({"id": f"t{i}", "text": t}).encode() for i, t in enumerate(["fine", "boom here", "ok too"])
     ]
@@ -88,14 +89,14 @@ def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier:
     assert len(fake_classifier.calls) == 4  # the drain, then one by one
 
 
-def test_burst_exits_at_once_on_an_empty_queue(redis_url: str, keys: Keys, fake_classifier: object) -> None:
+def test_burst_exits_at_once_on_an_empty_queue(redis_url: str, keys: Keys, fake_classifier: Any) -> None:
     began = time.monotonic()
     assert make_service(redis_url, keys, fake_classifier).run() == 0
     assert time.monotonic() - began < 2
 
 
 def test_a_stop_finishes_the_drain_and_requeues_the_rest(
-    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any
 ) -> None:
     service = make_service(redis_url, keys, fake_classifier, burst=False)
     r.lpush(keys.tickets, *tickets(50))
@@ -112,7 +113,7 @@ def test_a_stop_finishes_the_drain_and_requeues_the_rest(
 
 
 def test_a_redis_outage_is_survived_without_losing_anything(
-    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object, proxy: object
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any, proxy: Any
 ) -> None:
     url = proxied_url(redis_url, proxy.port)
     service = make_service(url, keys, fake_classifier, burst=False)
@@ -136,7 +137,7 @@ def test_a_redis_outage_is_survived_without_losing_anything(
 
 
 def test_a_stop_during_an_outage_exits_in_bounded_time_and_keeps_the_claims(
-    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object, proxy: object
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any, proxy: Any
 ) -> None:
     url = proxied_url(redis_url, proxy.port)
     service = make_service(url, keys, fake_classifier, burst=False)

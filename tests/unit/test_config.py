@@ -96,7 +96,8 @@ def test_no_runtime_help_text_writes_a_default_by_hand() -> None:
             and isinstance(node.body[0], ast.Expr)
         }
         for node in ast.walk(tree):
-            text = node.value if isinstance(node, ast.Constant) else None
-            if isinstance(text, str) and "(default " in text and id(node) not in docs:
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
+                continue
+            if "(default " in node.value:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not found
