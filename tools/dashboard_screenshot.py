@@ -32,6 +32,7 @@ import redis
 from producer.client import Client
 from producer.dashboard.app import Config, create_app
 from producer.dashboard.security import Auth
+from producer.options import DEFAULT_REDIS_URL
 from producer.protocol import Keys
 from tools.redis_server import free_port, local_redis
 
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     tickets = [json.loads(line) for line in SAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
     given = os.environ.get("TICKETQ_REDIS_URL")
-    with local_redis(given=given, try_urls=["redis://127.0.0.1:6379/0"]) as (url, how):
+    with local_redis(given=given, try_urls=[DEFAULT_REDIS_URL]) as (url, how):
         if url is None:
             print(f"dashboard_screenshot: {how}", file=sys.stderr)
             return 3

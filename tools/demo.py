@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from producer.client import Client
+from producer.options import DEFAULT_REDIS_URL
 from producer.protocol import Keys, Result
 from tools.redis_server import local_redis
 
@@ -33,7 +34,7 @@ PREFIX = "ticketq-demo"
 @contextmanager
 def find_redis() -> Iterator[tuple[str, str]]:
     """(url, where it came from), for the demo's lifetime."""
-    url = os.environ.get("TICKETQ_REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = os.environ.get("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL)
     with local_redis(try_urls=[url], embedded=True) as (found, how):
         assert found is not None  # embedded: fakeredis is the last resort
         if how == "answering":
