@@ -30,8 +30,9 @@ from pathlib import Path
 import redis
 
 from producer.client import Client
-from producer.dashboard.app import Config, create_app
+from producer.dashboard.app import create_app
 from producer.dashboard.security import Auth
+from producer.dashboard.web import Config
 from producer.protocol import Keys
 from tools.redis_server import free_port, local_redis
 

@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import redis
 
 from producer.client import Client, mask_url
-from producer.dashboard.app import LOW_CONFIDENCE, Config, create_app
+from producer.dashboard.app import create_app
 from producer.dashboard.security import Auth
+from producer.dashboard.web import LOW_CONFIDENCE, Config
 from producer.options import add_redis_arguments
 
 

@@ -13,8 +13,9 @@ import redis
 from dashboard_seed import TOKEN, Seeded, seed
 
 from producer.client import Client
-from producer.dashboard.app import Config, create_app
+from producer.dashboard.app import create_app
 from producer.dashboard.security import Auth
+from producer.dashboard.web import Config
 from producer.protocol import Keys
 
 

@@ -116,7 +116,8 @@ def test_basic_auth_and_bearer(make_app, seeded: Seeded) -> None:
 
 def test_no_secret_in_pages(redis_url: str, prefix: str, seeded: Seeded) -> None:
     from producer.client import Client
-    from producer.dashboard.app import Config, create_app
+    from producer.dashboard.app import create_app
+    from producer.dashboard.web import Config
 
     url = redis_url.replace("redis://", "redis://user:hunter2-secret@", 1)
     app = create_app(Config(redis_url=url, prefix=prefix), Client.from_url(redis_url, prefix))
