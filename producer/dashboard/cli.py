@@ -2,12 +2,14 @@
 
 Binds 127.0.0.1 unless told otherwise, and is read-only unless given a token (``--token`` or
 ``TICKETQ_DASHBOARD_TOKEN``) or basic-auth credentials (``--basic-auth USER:PASSWORD`` or
-``TICKETQ_DASHBOARD_BASIC_AUTH``). Prefer the variables: flags show up in ``ps``.
+``TICKETQ_DASHBOARD_BASIC_AUTH``); with either, reading needs sign-in too. Prefer the variables: flags show
+up in ``ps``. Without credentials it refuses a non-loopback ``--host`` unless ``--public-read-only``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import sys
@@ -17,9 +19,11 @@ import redis
 
 from producer.client import Client, mask_url
 from producer.dashboard.app import create_app
-from producer.dashboard.security import Auth
-from producer.dashboard.web import LOW_CONFIDENCE, Config
+from producer.dashboard.security import SESSION_HOURS, Auth
+from producer.dashboard.web import LOOPBACK_NAMES, LOW_CONFIDENCE, Config
 from producer.options import add_redis_arguments
+
+log = logging.getLogger("ticketq.dashboard")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -51,6 +55,42 @@ def parser() -> argparse.ArgumentParser:
         help="allow actions to this basic-auth user [env TICKETQ_DASHBOARD_BASIC_AUTH]",
     )
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        default=[h for h in env("TICKETQ_DASHBOARD_ALLOWED_HOSTS", "").split(",") if h.strip()],
+        help="a name this dashboard is reached by (repeat; besides the bound address and "
+        f"{', '.join(LOOPBACK_NAMES)}); requests for any other Host are refused "
+        "[env TICKETQ_DASHBOARD_ALLOWED_HOSTS, comma-separated]",
+    )
+    p.add_argument(
+        "--public-read-only",
+        action="store_true",
+        default=env("TICKETQ_DASHBOARD_PUBLIC_READ_ONLY", "") == "1",
+        help="allow a non-loopback --host without credentials: anyone who reaches it reads ticket texts "
+        "[env TICKETQ_DASHBOARD_PUBLIC_READ_ONLY=1]",
+    )
+    p.add_argument(
+        "--secure-cookies",
+        action="store_true",
+        default=env("TICKETQ_DASHBOARD_SECURE_COOKIES", "") == "1",
+        help="served behind HTTPS: the session cookie gets Secure (also automatic when a --trusted-proxy "
+        "says https) [env TICKETQ_DASHBOARD_SECURE_COOKIES=1]",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        metavar="ADDRESS",
+        default=env("TICKETQ_DASHBOARD_TRUSTED_PROXY") or None,
+        help="the reverse proxy whose X-Forwarded-For/-Proto are believed (client address for sign-in "
+        "throttling, https for Secure cookies) [env TICKETQ_DASHBOARD_TRUSTED_PROXY]",
+    )
+    p.add_argument(
+        "--session-hours",
+        type=float,
+        default=float(env("TICKETQ_DASHBOARD_SESSION_HOURS", str(SESSION_HOURS))),
+        help=f"how long a sign-in lasts [env TICKETQ_DASHBOARD_SESSION_HOURS] (default {SESSION_HOURS:g})",
+    )
+    p.add_argument(
         "--poll",
         type=float,
         default=float(env("TICKETQ_DASHBOARD_POLL_S", "2")),
@@ -76,13 +116,38 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise SystemExit("ticketq-dashboard: --token must be at least 12 characters")
     if args.poll <= 0 or not 0 < args.low_confidence <= 1:
         raise SystemExit("ticketq-dashboard: --poll must be > 0 and --low-confidence in (0, 1]")
+    if not 0 < args.session_hours <= 24 * 30:
+        raise SystemExit("ticketq-dashboard: --session-hours must be in (0, 720]")
+    auth = Auth(token=args.token, basic=basic, session_s=args.session_hours * 3600)
+    if not auth.enabled and not _loopback(args.host) and not args.public_read_only:
+        raise SystemExit(
+            f"ticketq-dashboard: --host {args.host} without --token or --basic-auth would show ticket texts "
+            "to anyone who reaches it; set credentials, or pass --public-read-only to mean it"
+        )
+    hosts = [*LOOPBACK_NAMES, *(h.strip() for h in args.allowed_host)]
+    if not _wildcard(args.host) and args.host not in hosts:
+        hosts.append(args.host)
     return Config(
         redis_url=args.redis_url,
         prefix=args.prefix,
-        auth=Auth(token=args.token, basic=basic),
+        auth=auth,
         sample_s=args.poll,
         low_confidence=args.low_confidence,
+        allowed_hosts=tuple(hosts),
+        secure_cookies=args.secure_cookies,
+        trusted_proxy=args.trusted_proxy,
     )
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("0.0.0.0", "::", "")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,14 +163,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     import uvicorn
 
-    mode = "actions need the token or basic auth" if config.auth.enabled else "read-only"
+    if not config.auth.enabled and not _loopback(args.host):
+        log.warning(
+            "serving %s read-only WITHOUT sign-in: anyone who reaches it reads ticket texts", args.host
+        )
+    if _wildcard(args.host) and config.allowed_hosts == LOOPBACK_NAMES:
+        log.warning("bound to %s but no --allowed-host: only %s will be answered", args.host, LOOPBACK_NAMES)
+    mode = "sign-in needed to read and act" if config.auth.enabled else "read-only"
     print(
         f"ticketq-dashboard: http://{args.host}:{args.port}/ ({mode}; Redis {mask_url(config.redis_url)}, "
         f"prefix {config.prefix})",
         file=sys.stderr,
     )
     logging.getLogger("uvicorn.access").disabled = True  # paths carry ticket ids: not worth a line each
-    uvicorn.run(create_app(config, client), host=args.host, port=args.port, log_level="warning")
+    # Proxy headers are handled by the app, from --trusted-proxy only (uvicorn's default trusts 127.0.0.1).
+    app = create_app(config, client)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", proxy_headers=False)
     return 0
 
 

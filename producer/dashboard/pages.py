@@ -57,9 +57,10 @@ def dead_page(request: Request) -> Response:
     st = state(request)
     replayed = request.query_params.get("replayed", "")
     message = ""
-    if replayed.isdigit():
+    if replayed.isdigit() and len(replayed) < 10:  # a count, never free text from the URL
         n = int(replayed)
-        message = f"{request.query_params.get('what', '')}{n} dead letter{'' if n == 1 else 's'} requeued"
+        whose = " of that ticket" if request.query_params.get("one") else ""
+        message = f"{n} dead letter{'' if n == 1 else 's'}{whose} requeued"
     rows = data.dead_page(st.client)
     return render(request, "dead.html", rows=rows, total=st.client.stats().dead, message=message)
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import jinja2
 from starlette.requests import Request
@@ -20,10 +21,13 @@ from starlette.templating import Jinja2Templates
 
 from producer.client import Client, mask_url
 from producer.dashboard import data
-from producer.dashboard.security import CSRF_FIELD, Auth
+from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+MAX_FORM_BYTES = 16 * 1024  # the actions' forms are a few hundred bytes
+MAX_FORM_FIELDS = 16
 
 
 @dataclass
@@ -33,11 +37,16 @@ class Config:
     auth: Auth = field(default_factory=Auth)
     sample_s: float = 2.0  # how often the chart takes a sample, and the pages poll
     low_confidence: float = LOW_CONFIDENCE
+    allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES  # Host headers answered; anything else is refused
+    secure_cookies: bool = False  # served behind HTTPS: the session cookie gets Secure
+    trusted_proxy: str | None = None  # the proxy whose X-Forwarded-For/-Proto are believed
 
     def __repr__(self) -> str:  # the Redis password never leaves in clear
         return (
             f"Config(redis_url={mask_url(self.redis_url)!r}, prefix={self.prefix!r}, auth={self.auth!r}, "
-            f"sample_s={self.sample_s}, low_confidence={self.low_confidence})"
+            f"sample_s={self.sample_s}, low_confidence={self.low_confidence}, "
+            f"allowed_hosts={self.allowed_hosts!r}, secure_cookies={self.secure_cookies}, "
+            f"trusted_proxy={self.trusted_proxy!r})"
         )
 
 
@@ -86,8 +95,32 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> Re
     return st.templates.TemplateResponse(request, name, context, status_code=status)
 
 
-def form_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+async def read_form(request: Request) -> dict[str, str]:
+    """A POSTed form, urlencoded, at most :data:`MAX_FORM_BYTES`: anything else is :class:`Refused`
+    (415, 413 or 400), never a 500 and never an unbounded read."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise Refused(415, "send the form as application/x-www-form-urlencoded")
+    length = request.headers.get("content-length", "0")
+    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+        raise Refused(413, f"form too large: at most {MAX_FORM_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise Refused(413, f"form too large: at most {MAX_FORM_BYTES} bytes")
+    try:
+        pairs = parse_qsl(
+            body.decode("ascii"), keep_blank_values=True, errors="strict", max_num_fields=MAX_FORM_FIELDS
+        )
+    except ValueError:  # not ASCII, bad percent-encoded UTF-8, too many fields
+        raise Refused(400, "malformed form") from None
+    return dict(pairs)
+
+
+def client_of(request: Request) -> str:
+    """The address sign-in failures are counted against (the real client's, behind a trusted proxy)."""
+    return request.client.host if request.client else "unknown"
 
 
 def age(seconds: float | None) -> str:
