@@ -54,6 +54,7 @@ ROUTES = [
     Route("/api/overview", pages.overview_json),
     Route("/api/history", pages.history_json),
     Route("/results", pages.results_page),
+    Route("/tickets/{ticket_id:path}", pages.ticket_page),
     Route("/dead", pages.dead_page),
     Route("/login", actions.login, methods=["GET", "POST"]),
     Route("/logout", actions.logout, methods=["POST"]),
@@ -119,6 +120,8 @@ def create_app(config: Config, client: Client | None = None) -> Starlette:
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     st: State = app.state.dash
+    with contextlib.suppress(Exception):  # the first sample before the first page; Redis away: pages say so
+        await run_in_threadpool(data.sample, st.client, st.history)
     task = asyncio.create_task(_sample_forever(st.client, st.history, st.config.sample_s))
     try:
         yield
@@ -129,8 +132,8 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
 
 
 async def _sample_forever(client: Client, history: data.History, every_s: float) -> None:
-    """The chart keeps sampling while nobody looks, so it has a past when somebody does."""
+    """The one writer of ``history``: every page shows what it collected last."""
     while True:
-        with contextlib.suppress(Exception):  # Redis away: the pages say so; the chart just has a gap
-            await run_in_threadpool(data.overview, client, history)
         await asyncio.sleep(every_s)
+        with contextlib.suppress(Exception):  # Redis away: the pages say so; the chart just has a gap
+            await run_in_threadpool(data.sample, client, history)

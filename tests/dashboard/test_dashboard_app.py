@@ -162,6 +162,6 @@ def test_head_note_reads_the_published_heads_training_metadata(
     r.set(keys.head_seq, 3)
     with TestClient(make_app()) as client:
         note = client.get("/results").text
-        assert "head version 3" in note and "trained on 120 tickets" in note and "93%" in note
+        assert "Published head: version 3" in note and "trained on 120 tickets" in note and "93%" in note
         assert "head version 4 will learn" in note
         assert "10% before, 90% after" in note
