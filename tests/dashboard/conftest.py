@@ -27,14 +27,8 @@ def seeded(r: redis.Redis, keys: Keys) -> Seeded:
 @pytest.fixture
 def make_app(redis_url: str, prefix: str):  # type: ignore[no-untyped-def]
     def make(auth: Auth | None = None, **settings):  # type: ignore[no-untyped-def]
-        config = Config(
-            redis_url=redis_url,
-            prefix=prefix,
-            auth=auth or Auth(),
-            sample_s=0.5,
-            allowed_hosts=(*LOOPBACK_NAMES, "testserver"),  # TestClient's Host
-            **settings,
-        )
+        settings.setdefault("allowed_hosts", (*LOOPBACK_NAMES, "testserver"))  # TestClient's Host
+        config = Config(redis_url=redis_url, prefix=prefix, auth=auth or Auth(), sample_s=0.5, **settings)
         return create_app(config, Client.from_url(redis_url, prefix))
 
     return make
