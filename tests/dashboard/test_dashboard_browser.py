@@ -88,3 +88,36 @@ def test_a_correction_made_by_clicking_lands_in_redis(
     stored = r.hget(keys.labels, "T-3")
     assert stored is not None and json.loads(stored)["label"] == "technical"
     assert json.loads(stored)["text"] == seeded.texts["T-3"]
+
+
+def test_replaying_a_dead_letter_by_clicking(
+    page, live_server: str, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    sign_in(page, live_server)
+    page.goto(live_server + "/dead")
+    page.locator("tr[data-id='D-1'] button", has_text="Replay").click()
+    page.locator("#message").wait_for()
+    assert page.locator("#message").inner_text() == "1 dead letter of that ticket requeued"
+    assert r.llen(keys.dead) == seeded.dead - 1
+    assert json.loads(r.lindex(keys.tickets, 0) or b"{}")["id"] == "D-1"
+    page.click("#replay-all")
+    page.locator("#message").wait_for()
+    assert "2 dead letters requeued" in page.locator("#message").inner_text()
+    assert r.llen(keys.dead) == 0
+
+
+def test_a_tickets_page_is_linked_and_corrects(
+    page, live_server: str, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    sign_in(page, live_server)
+    page.goto(live_server + "/results")
+    page.click("tr[data-id='T-2'] a[href='/tickets/T-2']")
+    page.wait_for_url(live_server + "/tickets/T-2")
+    assert page.locator("#text").inner_text() == seeded.texts["T-2"]
+    assert page.locator("#correction").inner_text() == "Not corrected."
+    page.locator("#correct select[name=label]").select_option("account")
+    page.locator("#correct button").click()
+    page.wait_for_url(live_server + "/tickets/T-2")
+    assert "→ account" in page.locator("#correction").inner_text()
+    stored = r.hget(keys.labels, "T-2")
+    assert stored is not None and json.loads(stored)["label"] == "account"
