@@ -314,28 +314,31 @@ def results_page(
         list[tuple[bytes, float]],
         client.redis.zrevrangebyscore(keys.done, top, "-inf", start=offset, num=want, withscores=True),
     )
-    found: list[tuple[Result, bool]] = []
+    found: list[Result] = []
     consumed, spent = 0, 0
     for start in range(0, len(entries), 100):
         chunk = [(_text(i), float(at)) for i, at in entries[start : start + 100]]
+        by_correction = filters.corrected is not None  # only then is "corrected?" asked per entry
         with client.redis.pipeline(transaction=False) as pipe:
             for tid, _ in chunk:
                 pipe.hstrlen(keys.results, tid)
-                pipe.hexists(keys.labels, tid)
+                if by_correction:
+                    pipe.hexists(keys.labels, tid)
             replies = pipe.execute()
+        step = 2 if by_correction else 1
         take: list[tuple[str, bool]] = []
         for n, (tid, _) in enumerate(chunk):
-            size = int(replies[2 * n])
+            size = int(replies[step * n])
             if spent and spent + size > PAGE_BYTES:
                 break
             spent += size
-            take.append((tid, bool(replies[2 * n + 1])))
+            take.append((tid, bool(replies[step * n + 1]) if by_correction else False))
         raw = client.redis.hmget(keys.results, [t for t, _ in take]) if take else []
         for (_, fixed), blob in zip(take, raw, strict=True):
             consumed += 1
             result = _result(blob)
             if result is not None and filters.keep(result, fixed):
-                found.append((result, fixed))
+                found.append(result)
                 if len(found) == rows:
                     break
         if len(found) == rows or len(take) < len(chunk):
@@ -368,14 +371,14 @@ def _result(blob: bytes | str | None) -> Result | None:
         return None
 
 
-def _rows(client: Client, found: list[tuple[Result, bool]]) -> list[ResultRow]:
+def _rows(client: Client, found: list[Result]) -> list[ResultRow]:
     """Rows for a list: texts clipped to LIST_TEXT_CHARS (read with GETRANGE, never whole)."""
-    ids = [r.id for r, _ in found]
+    ids = [r.id for r in found]
     texts = clipped_texts(client, ids)
-    fixed = corrections(client, [r.id for r, c in found if c])
+    fixed = corrections(client, ids)
     return [
         ResultRow(result=r, text=texts[r.id][0], clipped=texts[r.id][1], correction=fixed.get(r.id))
-        for r, _ in found
+        for r in found
     ]
 
 
@@ -404,8 +407,7 @@ def row(client: Client, ticket_id: str) -> ResultRow | None:
     result = _result(client.redis.hget(client.keys.results, ticket_id))
     if result is None:
         return None
-    fixed = client.redis.hexists(client.keys.labels, ticket_id)
-    return _rows(client, [(result, bool(fixed))])[0]
+    return _rows(client, [result])[0]
 
 
 @dataclass(frozen=True)
