@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from producer.client import LabelError
-from producer.dashboard import data
+from producer.dashboard import data, heads
 from producer.dashboard.security import CSRF_FIELD, SESSION_COOKIE, Refused, check_origin
 from producer.dashboard.web import client_of, read_form, render, state
 
@@ -74,7 +74,7 @@ async def label(request: Request) -> Response:
     if "hx-request" not in request.headers:  # a browser without JavaScript: back to the ticket
         return RedirectResponse(f"/tickets/{quote(ticket_id, safe='')}", status_code=303)
     row = await run_in_threadpool(data.row, st.client, ticket_id)
-    head = await run_in_threadpool(data.head_info, st.client)
+    head = await run_in_threadpool(heads.head_info, st.client)
     if row is None:
         return PlainTextResponse("labelled")
     return render(

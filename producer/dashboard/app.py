@@ -23,7 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from producer.client import Client
-from producer.dashboard import actions, data, pages
+from producer.dashboard import actions, overview, pages
 from producer.dashboard.security import Refused
 from producer.dashboard.web import HERE, Config, State, client_of, make_templates, state
 
@@ -113,7 +113,9 @@ def create_app(config: Config, client: Client | None = None) -> Starlette:
     app = Starlette(
         routes=ROUTES, middleware=middleware, lifespan=_lifespan, exception_handlers={Refused: _refused}
     )
-    app.state.dash = State(config=config, client=client, history=data.History(), templates=make_templates())
+    app.state.dash = State(
+        config=config, client=client, history=overview.History(), templates=make_templates()
+    )
     return app
 
 
@@ -121,7 +123,7 @@ def create_app(config: Config, client: Client | None = None) -> Starlette:
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     st: State = app.state.dash
     with contextlib.suppress(Exception):  # the first sample before the first page; Redis away: pages say so
-        await run_in_threadpool(data.sample, st.client, st.history)
+        await run_in_threadpool(overview.sample, st.client, st.history)
     task = asyncio.create_task(_sample_forever(st.client, st.history, st.config.sample_s))
     try:
         yield
@@ -131,9 +133,9 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
             await task
 
 
-async def _sample_forever(client: Client, history: data.History, every_s: float) -> None:
+async def _sample_forever(client: Client, history: overview.History, every_s: float) -> None:
     """The one writer of ``history``: every page shows what it collected last."""
     while True:
         await asyncio.sleep(every_s)
         with contextlib.suppress(Exception):  # Redis away: the pages say so; the chart just has a gap
-            await run_in_threadpool(data.sample, client, history)
+            await run_in_threadpool(overview.sample, client, history)

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from producer.dashboard import data
+from producer.dashboard import data, heads, overview
 from producer.dashboard.security import Refused
 from producer.dashboard.web import render, state
 from producer.protocol import MAX_ID_CHARS
@@ -22,7 +22,7 @@ from producer.protocol import MAX_ID_CHARS
 MAX_PAGE = 1_000_000  # dead-letter pages: 50 million letters is past any real list
 
 
-def _overview(request: Request) -> data.Overview:
+def _overview(request: Request) -> overview.Overview:
     """What the background sampler collected last (the pages never sample themselves: one writer)."""
     ov = state(request).history.latest()
     if ov is None:
@@ -103,8 +103,8 @@ def _load_results(request: Request) -> dict[str, Any]:
         "q": q,
         "next_url": next_url,
         "low_confidence": st.config.low_confidence,
-        "head": data.head_info(st.client),
-        "deciders": data.decider_summary(st.client, page.rows),
+        "head": heads.head_info(st.client),
+        "deciders": heads.decider_summary(st.client, [r.result for r in page.rows]),
     }
 
 
@@ -119,10 +119,17 @@ async def ticket_page(request: Request) -> Response:
     found = await run_in_threadpool(data.ticket, st.client, ticket_id)
     if found is None:
         raise Refused(404, "no ticket with that id in Redis (results, texts and corrections looked at)")
-    head = await run_in_threadpool(data.head_info, st.client)
+    head = await run_in_threadpool(heads.head_info, st.client)
+    decided = heads.deciders(st.client, [found.result])[0] if found.result else None
     labels = sorted(found.result.scores) if found.result else []
     return render(
-        request, "ticket.html", t=found, labels=labels, head=head, low_confidence=st.config.low_confidence
+        request,
+        "ticket.html",
+        t=found,
+        decided=decided,
+        labels=labels,
+        head=head,
+        low_confidence=st.config.low_confidence,
     )
 
 

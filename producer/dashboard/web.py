@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from producer.client import Client, mask_url
-from producer.dashboard import data
+from producer.dashboard import overview
 from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 
 HERE = Path(__file__).parent
@@ -56,7 +56,7 @@ class State:
 
     config: Config
     client: Client
-    history: data.History
+    history: overview.History
     templates: Jinja2Templates
 
     @property

@@ -13,7 +13,7 @@ from dashboard_seed import LABELS, Seeded
 from starlette.testclient import TestClient
 
 from producer.client import Client
-from producer.dashboard import data
+from producer.dashboard import data, overview
 from producer.protocol import Keys, Result
 
 pytestmark = pytest.mark.redis
@@ -111,19 +111,19 @@ def test_the_overview_reads_the_recent_past_from_redis(make_app, r: redis.Redis,
         assert "No results" not in html
         assert client.get("/api/overview").json()["labels"] == {"account": 10, "billing": 10, "technical": 10}
         history = client.get("/api/history").json()
-        assert sum(history["rate"]) * data.BUCKET_S == pytest.approx(30)
+        assert sum(history["rate"]) * overview.BUCKET_S == pytest.approx(30)
 
 
 def test_labels_are_counted_exactly_once_across_fetch_boundaries(
     r: redis.Redis, keys: Keys, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(data, "LABEL_FETCH", 3)
+    monkeypatch.setattr(overview, "LABEL_FETCH", 3)
     now = time.time()
     for n in range(10):  # all in the same millisecond: ties across every fetch boundary
         _put(r, keys, f"E-{n}", round(now - 30, 3), label=LABELS[n % 3])
-    history, client = data.History(), Client(r, prefix)
+    history, client = overview.History(), Client(r, prefix)
     for _ in range(6):
-        data.sample(client, history, now)
+        overview.sample(client, history, now)
     assert history.label_totals() == {"billing": 4, "account": 3, "technical": 3}
     assert history.caught_up
 
