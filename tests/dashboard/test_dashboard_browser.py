@@ -34,6 +34,11 @@ def test_overview_shows_the_numbers_in_redis(
 ):
     sign_in(page, live_server)
     page.goto(live_server + "/")
+    # The page shows the sampler's last reading (every 0.5 s here), which may predate the seeding.
+    page.wait_for_function(
+        "n => document.getElementById('n-waiting').textContent.trim() === n", arg=str(seeded.waiting)
+    )
+    page.reload()  # the page itself, not only the polled fragment, says what Redis holds
     assert page.locator("#n-waiting").inner_text() == str(seeded.waiting)
     assert page.locator("#n-inflight").inner_text() == str(seeded.inflight)
     assert page.locator("#n-dead").inner_text() == str(seeded.dead)
