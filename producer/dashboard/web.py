@@ -25,6 +25,7 @@ from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
+SAMPLE_S = 2.0  # how often the chart takes a sample, and the pages poll
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 MAX_FORM_BYTES = 16 * 1024  # the actions' forms are a few hundred bytes
 MAX_FORM_FIELDS = 16
@@ -35,7 +36,7 @@ class Config:
     redis_url: str
     prefix: str
     auth: Auth = field(default_factory=Auth)
-    sample_s: float = 2.0  # how often the chart takes a sample, and the pages poll
+    sample_s: float = SAMPLE_S
     low_confidence: float = LOW_CONFIDENCE
     allowed_hosts: tuple[str, ...] = LOOPBACK_NAMES  # Host headers answered; anything else is refused
     secure_cookies: bool = False  # served behind HTTPS: the session cookie gets Secure
