@@ -2,12 +2,14 @@
 
 Binds 127.0.0.1 unless told otherwise, and is read-only unless given a token (``--token`` or
 ``TICKETQ_DASHBOARD_TOKEN``) or basic-auth credentials (``--basic-auth USER:PASSWORD`` or
-``TICKETQ_DASHBOARD_BASIC_AUTH``). Prefer the variables: flags show up in ``ps``.
+``TICKETQ_DASHBOARD_BASIC_AUTH``); with either, reading needs sign-in too. Prefer the variables: flags show
+up in ``ps``. Without credentials it refuses a non-loopback ``--host`` unless ``--public-read-only``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import sys
@@ -19,10 +21,13 @@ import redis
 from producer import config
 from producer.client import Client, mask_url
 from producer.config import Check, between, option, setting
-from producer.dashboard.app import LOW_CONFIDENCE, SAMPLE_S, Config, create_app
-from producer.dashboard.security import Auth
+from producer.dashboard.app import create_app
+from producer.dashboard.security import SESSION_HOURS, Auth
+from producer.dashboard.web import LOOPBACK_NAMES, LOW_CONFIDENCE, SAMPLE_S, Config
 from producer.exitcodes import Exit, epilog
 from producer.options import RedisOptions
+
+log = logging.getLogger("ticketq.dashboard")
 
 
 def _user_password(value: str) -> bool:
@@ -38,13 +43,13 @@ class DashboardOptions(RedisOptions):
     port: int = setting(8400, help="port to listen on", env="TICKETQ_DASHBOARD_PORT", check=between(1, 65535))
     token: str | None = setting(
         None,
-        help="allow actions to whoever signs in with this token",
+        help="sign-in for reading and acting: whoever types this token",
         env="TICKETQ_DASHBOARD_TOKEN",
         check=Check(lambda t: len(t) >= 12, "must be at least 12 characters"),
     )
     basic_auth: str | None = setting(
         None,
-        help="allow actions to this basic-auth user",
+        help="sign-in for reading and acting: this basic-auth user",
         env="TICKETQ_DASHBOARD_BASIC_AUTH",
         metavar="USER:PASSWORD",
         check=Check(_user_password, "wants USER:PASSWORD, both non-empty"),
@@ -60,11 +65,57 @@ class DashboardOptions(RedisOptions):
         help="what the results page calls low confidence",
         check=Check(lambda c: 0 < c <= 1, "must be in (0, 1]"),
     )
+    allowed_host: tuple[str, ...] = setting(
+        (),
+        help="a name this dashboard is reached by, besides the bound address and "
+        f"{', '.join(LOOPBACK_NAMES)}; any other Host is refused; repeatable (the variable: comma-separated)",
+        env="TICKETQ_DASHBOARD_ALLOWED_HOSTS",
+        metavar="NAME",
+        repeat=tuple,
+    )
+    public_read_only: bool = setting(
+        False,
+        help="allow a non-loopback --host without credentials: whoever reaches it reads ticket texts",
+        env="TICKETQ_DASHBOARD_PUBLIC_READ_ONLY",
+    )
+    secure_cookies: bool = setting(
+        False,
+        help="served behind HTTPS: the session cookie gets Secure (also when --trusted-proxy says https)",
+        env="TICKETQ_DASHBOARD_SECURE_COOKIES",
+    )
+    trusted_proxy: str | None = setting(
+        None,
+        help="the reverse proxy whose X-Forwarded-For/-Proto are believed (throttling, Secure cookies)",
+        env="TICKETQ_DASHBOARD_TRUSTED_PROXY",
+        metavar="ADDRESS",
+    )
+    session_hours: float = setting(
+        SESSION_HOURS,
+        help="how long a sign-in lasts",
+        env="TICKETQ_DASHBOARD_SESSION_HOURS",
+        check=Check(lambda h: 0 < h <= 720, "must be in (0, 720]"),
+    )
 
     def __post_init__(self) -> None:
         found = config.problems(self)
+        if not (self.token or self.basic_auth) and not _loopback(self.host) and not self.public_read_only:
+            found.append(
+                f"host {self.host} without --token or --basic-auth would show ticket texts to anyone who "
+                "reaches it; set credentials, or pass --public-read-only to mean it"
+            )
         if found:
             raise ValueError("; ".join(found))
+
+
+def _wildcard(host: str) -> bool:
+    return host in ("0.0.0.0", "::", "")
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,12 +145,18 @@ def app_config(options: DashboardOptions) -> Config:
     if options.basic_auth:
         user, _, password = options.basic_auth.partition(":")
         basic = (user, password)
+    hosts = [*LOOPBACK_NAMES, *options.allowed_host]
+    if not _wildcard(options.host) and options.host not in hosts:
+        hosts.append(options.host)
     return Config(
         redis_url=options.redis_url,
         prefix=options.prefix,
-        auth=Auth(token=options.token, basic=basic),
+        auth=Auth(token=options.token, basic=basic, session_s=options.session_hours * 3600),
         sample_s=options.poll,
         low_confidence=options.low_confidence,
+        allowed_hosts=tuple(hosts),
+        secure_cookies=options.secure_cookies,
+        trusted_proxy=options.trusted_proxy,
     )
 
 
@@ -119,14 +176,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.REDIS_ACCESS
     import uvicorn
 
-    mode = "actions need the token or basic auth" if config.auth.enabled else "read-only"
+    if not config.auth.enabled and not _loopback(options.host):
+        log.warning("serving %s WITHOUT sign-in: anyone who reaches it reads ticket texts", options.host)
+    if _wildcard(options.host) and config.allowed_hosts == LOOPBACK_NAMES:
+        log.warning("bound to %s but no --allowed-host: only %s are answered", options.host, LOOPBACK_NAMES)
+    mode = "sign-in needed to read and act" if config.auth.enabled else "read-only"
     print(
         f"ticketq-dashboard: http://{options.host}:{options.port}/ ({mode}; "
         f"Redis {mask_url(config.redis_url)}, prefix {config.prefix})",
         file=sys.stderr,
     )
     logging.getLogger("uvicorn.access").disabled = True  # paths carry ticket ids: not worth a line each
-    uvicorn.run(create_app(config, client), host=options.host, port=options.port, log_level="warning")
+    # Proxy headers are the app's, from --trusted-proxy only (uvicorn's own default trusts 127.0.0.1).
+    app = create_app(config, client)
+    uvicorn.run(app, host=options.host, port=options.port, log_level="warning", proxy_headers=False)
     return 0
 
 
