@@ -23,8 +23,15 @@ def _worker_run() -> str:
     return config.markdown(Settings)
 
 
+def _dashboard() -> str:
+    from producer.dashboard.cli import DashboardOptions
+
+    return config.markdown(DashboardOptions)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "worker run flags": _worker_run,
+    "dashboard flags": _dashboard,
     "exit codes": exitcodes.markdown,
 }
 
