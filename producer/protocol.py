@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,22 @@ MAX_TEXT_CHARS = 16_384
 MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PREFIX = "ticketq"
 
+MAX_DEPTH = 32  # levels of nesting a payload may have ({"id": .., "x": [..]} is 2)
 _ALLOWED_CONTROL = frozenset({"\t", "\n", "\r"})
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+# Characters an id may not hold: they reorder (bidi overrides: the "Trojan Source" trick), hide, or break
+# (line and paragraph separators) what a person reads in a log line or on the dashboard.
+_ID_FORBIDDEN = {
+    **{chr(c): "bidi control" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F))},
+    **{chr(c): "bidi control" for c in range(0x2066, 0x206A)},
+    "\u2028": "line separator",
+    "\u2029": "paragraph separator",
+    "\ufeff": "byte-order mark",
+    "\u200b": "zero-width space",
+}
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -172,18 +188,7 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     """Strictly decode one payload from the input list, or raise :class:`BadTicket` with the reason."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_PAYLOAD_BYTES:
-        raise BadTicket(f"payload too large: {len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadTicket(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        obj = json.loads(text)
-    except RecursionError:
-        raise BadTicket("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise BadTicket(f"not JSON: {exc}") from None
+    obj = loads_strict(raw)
     if not isinstance(obj, dict):
         raise BadTicket(f"not a JSON object: got {type(obj).__name__}")
     version = obj.pop("v", VERSION)
@@ -198,8 +203,10 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         raise BadTicket("empty field: id")
     if len(ticket_id) > MAX_ID_CHARS:
         raise BadTicket(f"id too long: {len(ticket_id)} characters > {MAX_ID_CHARS}")
-    # Ids end up in logs and terminals: no control characters there either (not even tab or newline).
+    # Ids end up in logs, terminals and web pages: no control characters there (not even tab or newline),
+    # no C1 controls, and no bidi or line-separator characters that reorder or break what a person reads.
     _check_chars(ticket_id, "id", allowed=frozenset())
+    _check_id_format(ticket_id)
     if "text" not in obj:
         raise BadTicket("missing field: text")
     body = obj.pop("text")
@@ -228,12 +235,147 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     )
 
 
+def loads_strict(raw: bytes) -> Any:
+    """Parse a payload the way every ticketq reader must, or raise :class:`BadTicket` with the reason.
+
+    Stricter than ``json.loads`` where other languages would read the bytes differently or a record built
+    from them could not be written back as strict JSON (each rule is in the README's wire protocol):
+    no byte-order mark, UTF-8 only, no ``NaN``/``Infinity``, no number that overflows (``1e999``, an
+    integer outside 64 bits), no duplicate keys, at most :data:`MAX_DEPTH` levels of nesting, and no lone
+    surrogate (a ``\\ud800`` escape) in any key or string at any depth.
+    """
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise BadTicket(f"payload too large: {len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise BadTicket("byte-order mark before the JSON: send UTF-8 without one (RFC 8259, section 8.1)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadTicket(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    _check_depth(text)
+    try:
+        obj = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:  # unreachable after _check_depth; kept so no payload can raise it
+        raise BadTicket(f"nested too deeply: more than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        if isinstance(exc, BadTicket):
+            raise
+        raise BadTicket(f"not JSON: {exc}") from None
+    _check_strings(obj)
+    return obj
+
+
+def _check_depth(text: str) -> None:
+    """Nesting depth, counted without recursion (strings removed first, so brackets inside them do not
+    count): refused before ``json.loads`` can reach Python's recursion limit."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_DEPTH:
+                raise BadTicket(f"nested too deeply: more than {MAX_DEPTH} levels")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadTicket(f"not strict JSON: {name} is not a JSON number")
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) <= 19:
+        value = int(digits)
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+    raise BadTicket(f"number out of range: {_shown(digits, 24)} (integers must fit in 64 bits)")
+
+
+def _finite_float(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):
+        raise BadTicket(f"number out of range: {_shown(digits, 24)} overflows a 64-bit float")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadTicket(f"duplicate key: {_shown(key)}")
+            seen.add(key)
+    return out
+
+
+def _check_strings(obj: Any) -> None:
+    """Every key and string, at any depth: a lone surrogate cannot be written as UTF-8 (iterative walk)."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            _no_surrogate(value, path or "payload")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = _shown(key)
+                _no_surrogate(key, f"a key in {path}" if path else "a key")
+                top = name if name in ("id", "text") else f"field {name}"
+                stack.append((item, f"{path}.{name}" if path else top))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _no_surrogate(value: str, where: str) -> None:
+    for ch in value:
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {where}")
+
+
+def _shown(value: str, most: int = 40) -> str:
+    """A name or number for a reason: printable characters as they are, others escaped, bounded."""
+    out = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in value[:most])
+    return out + ("..." if len(value) > most else "")
+
+
+def clean(value: str) -> str:
+    """``value`` with lone surrogates replaced by U+FFFD: what a record that must always be written
+    (a dead letter, an event) does with text that came from a payload or an exception."""
+    return _SURROGATE.sub("\ufffd", value)
+
+
+class Unwritable(ValueError):
+    """A record that is not strict JSON in UTF-8 (NaN, a lone surrogate, too deep): never sent to Redis."""
+
+
+def dumps_strict(obj: Any) -> str:
+    """The one JSON encoder of records ticketq writes: strict JSON that encodes as UTF-8, or
+    :class:`Unwritable`. Checked before the transaction that writes it, so one bad record cannot fail it."""
+    try:
+        out = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+        out.encode("utf-8")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise Unwritable(_shown(f"{type(exc).__name__}: {exc}", 200)) from None
+    return out
+
+
 def _check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
     for ch in value:
-        if (ord(ch) < 32 or ord(ch) == 127) and ch not in allowed:
-            raise BadTicket(f"control character U+{ord(ch):04X} in {name}")
-        if 0xD800 <= ord(ch) <= 0xDFFF:
-            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {name}")
+        code = ord(ch)
+        if (code < 32 or 127 <= code <= 159) and ch not in allowed:
+            raise BadTicket(f"control character U+{code:04X} in {name}")
+        if 0xD800 <= code <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{code:04X} in {name}")
+
+
+def _check_id_format(value: str) -> None:
+    for ch in value:
+        if ch in _ID_FORBIDDEN:
+            raise BadTicket(f"format character U+{ord(ch):04X} in id ({_ID_FORBIDDEN[ch]})")
 
 
 def _type_name(value: Any) -> str:
@@ -276,7 +418,8 @@ class Result:
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
         extra = {"method": self.method, "head": self.head}
-        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
+        # Strict (raises Unwritable): NaN scores or a field that is not UTF-8 never reach Redis.
+        return dumps_strict({**out, **{k: v for k, v in extra.items() if v is not None}})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
@@ -307,16 +450,23 @@ class DeadLetter:
     worker: str = ""
     at: float = field(default_factory=time.time)
     id: str | None = None  # the ticket id when one could be read (see :func:`peek_id`), so waiters can tell
+    # Workers that died holding it (a poison letter): restored to P:attempts when it is replayed, so a
+    # replayed poison ticket still travels alone and is dead again after one more death, not three.
+    attempts: int = 0
 
     def to_json(self) -> str:
+        # Never raises: the reason (it may quote an exception) and the id are cleaned of lone surrogates,
+        # and the payload travels as UTF-8 text only when it is strict UTF-8, else as base64.
         out: dict[str, Any] = {
             "v": VERSION,
-            "reason": self.reason,
-            "worker": self.worker,
-            "at": round(self.at, 3),
+            "reason": clean(self.reason),
+            "worker": clean(self.worker),
+            "at": round(self.at, 3) if math.isfinite(self.at) else 0.0,
         }
         if self.id is not None:
-            out["id"] = self.id
+            out["id"] = clean(self.id)
+        if self.attempts:
+            out["attempts"] = self.attempts
         payload = self.payload
         if len(payload) > MAX_PAYLOAD_BYTES:
             # Keep the dead list bounded: an oversized payload is kept as its head plus its size.
@@ -340,32 +490,36 @@ class DeadLetter:
         else:
             payload = str(obj.get("payload", "")).encode("utf-8", "surrogatepass")
         ticket_id = obj.get("id")
+        attempts = obj.get("attempts", 0)
         return cls(
             reason=str(obj.get("reason", "")),
             payload=payload,
             worker=str(obj.get("worker", "")),
             at=float(obj.get("at", 0.0)),
             id=ticket_id if isinstance(ticket_id, str) else None,
+            attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
         )
 
 
 def peek_id(raw: bytes | str) -> str | None:
     """Best-effort ticket id of a payload that may be invalid, so a dead letter can still name its ticket.
 
-    Never raises: a payload that is not a JSON object with a string ``id`` simply has no id.
+    Never raises: a payload that the strict parser refuses, or whose ``id`` is not one a valid ticket
+    could carry (a lone surrogate, a control or bidi character, too long), simply has no id.
     """
     try:
-        if isinstance(raw, bytes):
-            if len(raw) > MAX_PAYLOAD_BYTES:
-                return None
-            raw = raw.decode("utf-8")
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
+        obj = loads_strict(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass"))
+    except BadTicket:
         return None
     ticket_id = obj.get("id") if isinstance(obj, dict) else None
-    if isinstance(ticket_id, str) and ticket_id.strip() and len(ticket_id) <= MAX_ID_CHARS:
-        return ticket_id
-    return None
+    if not isinstance(ticket_id, str) or not ticket_id.strip() or len(ticket_id) > MAX_ID_CHARS:
+        return None
+    try:
+        _check_chars(ticket_id, "id", allowed=frozenset())
+        _check_id_format(ticket_id)
+    except BadTicket:
+        return None
+    return ticket_id
 
 
 @dataclass(frozen=True)
@@ -380,7 +534,9 @@ class Event:
     dead: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"ids": self.ids, "dead": self.dead}, ensure_ascii=False)
+        """Never raises: ids and reasons are cleaned of lone surrogates (see :func:`clean`)."""
+        dead = {clean(k): clean(v) for k, v in self.dead.items()}
+        return json.dumps({"ids": [clean(i) for i in self.ids], "dead": dead}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Event:

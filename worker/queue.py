@@ -33,6 +33,7 @@ from producer.protocol import (
     Event,
     Keys,
     Result,
+    Unwritable,
     payload_digest,
     peek_id,
 )
@@ -211,27 +212,33 @@ class RedisQueue:
 
     def _plan(
         self, pipe: Pipeline, finished: Sequence[Finished], rejected: Sequence[Rejected]
-    ) -> tuple[AckReport, dict[str, Result], list[Rejected]]:
+    ) -> tuple[AckReport, dict[str, tuple[Result, str]], list[Rejected]]:
         ids = list(dict.fromkeys(f.result.id for f in finished))
         digests: dict[str, str] = {}
         for tid, old in zip(ids, pipe.hmget(self.keys.results, ids) if ids else [], strict=True):
             if old is not None:
                 digests[tid] = _digest_of(_raw(old))
         report = AckReport()
-        writes: dict[str, Result] = {}
+        writes: dict[str, tuple[Result, str]] = {}  # id -> the result and its JSON, checked strict
         rejects = list(rejected)
         for item in finished:
             tid, digest = item.result.id, item.result.digest
+            try:  # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
+                encoded = item.result.to_json()
+            except Unwritable as exc:
+                letter = DeadLetter(f"unwritable result: {exc}", item.raw, worker=self.worker_id, id=tid)
+                rejects.append(Rejected(item.raw, letter))
+                continue
             if tid not in digests:
                 digests[tid] = digest
                 report.fresh.append(item)
                 report.written.append(tid)
-                writes[tid] = item.result
+                writes[tid] = (item.result, encoded)
             elif digests[tid] == digest:
                 report.redelivered.append(tid)
                 if tid not in writes:
                     report.written.append(tid)
-                    writes[tid] = item.result
+                    writes[tid] = (item.result, encoded)
             else:
                 letter = DeadLetter("duplicate id", item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
@@ -245,20 +252,20 @@ class RedisQueue:
         self,
         pipe: Pipeline,
         report: AckReport,
-        writes: dict[str, Result],
+        writes: dict[str, tuple[Result, str]],
         rejects: Sequence[Rejected],
         released: Sequence[Finished | Rejected],
         hook: AckHook | None,
     ) -> str:
         """Queue the ack's writes on ``pipe``; returns the event (published inside, unless on a cluster)."""
         if writes:
-            pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
+            pipe.hset(self.keys.results, mapping={tid: encoded for tid, (_, encoded) in writes.items()})
             # finish times, so results can be deleted oldest first (see trim)
-            pipe.zadd(self.keys.done, {tid: r.at for tid, r in writes.items()})
+            pipe.zadd(self.keys.done, {tid: r.at for tid, (r, _) in writes.items()})
         if writes and self.keep_text_s > 0:
             # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
             for item in released:
-                if isinstance(item, Finished) and writes.get(item.result.id) is item.result:
+                if isinstance(item, Finished) and writes.get(item.result.id, (None,))[0] is item.result:
                     pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
