@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,15 +113,21 @@ class Stats:
 
 
 def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged.
+    """``redis://user:secret@host`` -> ``redis://user:***@host``, and ``?password=secret`` ->
+    ``?password=***`` (redis-py reads a password from the query too); a URL without one is unchanged.
 
     The one masking helper: worker settings and the dashboard both show URLs through it."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    if parts.query:
+        parts = parts._replace(query=_QUERY_SECRET.sub(r"\g<1>***", parts.query))
+    return urlunsplit(parts)
+
+
+_QUERY_SECRET = re.compile(r"((?:^|&)password=)[^&]*", re.I)
 
 
 def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) -> tuple[bytes, Ticket]:

@@ -41,7 +41,7 @@ from producer.protocol import (
 # connect and transient live in worker.connection; re-exported here, where callers have always found them
 from worker.connection import connect, is_cluster, transient
 from worker.contract import Finished, Rejected
-from worker.errors import TransientError
+from worker.errors import FatalError, TransientError
 from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
 
 __all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
@@ -100,6 +100,7 @@ class RedisQueue:
         self._recover = client.register_script(RECOVER)
         self._requeue = client.register_script(REQUEUE_OWN)
         self._trim = client.register_script(TRIM)
+        self.recovery_errors: dict[str, str] = {}  # worker id -> why its recovery failed (for the log)
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
         self.stale = 0  # payloads the last claim found already in this worker's list and handed back
         self._holds_nothing = False
@@ -302,7 +303,13 @@ class RedisQueue:
             if wid == self.worker_id and not include_self:
                 continue
             if not self.redis.exists(self.keys.heartbeat(wid)):
-                done = self.recover_worker(wid)
+                try:
+                    done = self.recover_worker(wid)
+                except (TransientError, FatalError):
+                    raise
+                except Exception as exc:  # one worker's list must not stop every other's recovery
+                    self.recovery_errors[wid] = f"{type(exc).__name__}: {exc}"[:500]
+                    continue
                 if done is not None:
                     out.append(done)
         return out
@@ -319,8 +326,7 @@ class RedisQueue:
             seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0"]
             for p, d, s in zip(held, digests, seen, strict=True):
-                letter = DeadLetter(f"poison: killed {s + 1} workers", p, worker=wid, id=peek_id(p))
-                args += [p, d, str(s), letter.to_json()]
+                args += [p, d, str(s), _poison_letter(p, wid, s + 1)]
             status, requeued, dead = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return None
@@ -355,6 +361,37 @@ class RedisQueue:
         keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
         return int(self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0"]))
 
+    # -- start-up checks --------------------------------------------------------------------------------
+
+    @transient
+    def check_access(self) -> None:
+        """Before the model loads: the credentials, the ACL permissions and the key types this worker
+        needs, with the commands it will use (so the threat model's ACL suffices) and without writing.
+        Raises :class:`FatalError` (exit 3 or 4) for what no wait can fix, TransientError when unreachable."""
+        k = self.keys
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in (k.tickets, k.dead, self.inflight):
+                pipe.llen(key)  # WRONGTYPE unless a list (or absent)
+            for key in (k.results, k.attempts, k.head):
+                pipe.hexists(key, "")  # ... a hash
+            pipe.zrangebyscore(k.done, "+inf", "+inf", start=0, num=1)  # ... a sorted set
+            pipe.smembers(k.workers)  # ... a set
+            pipe.get(k.heartbeat(self.worker_id))  # ... a string
+            pipe.execute()
+        for script in (self._claim, self._recover, self._requeue, self._trim):
+            script.sha = self.redis.script_load(script.script)  # +evalsha, +script|load
+
+    def memory_policy(self) -> str | None:
+        """Redis's ``maxmemory-policy``, or ``None`` when CONFIG is refused or renamed (managed services
+        do that). Anything but ``noeviction`` may evict tickets, in-flight lists or heartbeats."""
+        try:
+            policy = self.redis.config_get("maxmemory-policy").get("maxmemory-policy")
+        except (redis.ResponseError, redis.exceptions.RedisClusterException):
+            return None
+        if isinstance(policy, bytes):
+            policy = policy.decode()
+        return policy if isinstance(policy, str) else None
+
     # -- reading -------------------------------------------------------------------------------------
 
     @transient
@@ -373,6 +410,17 @@ class RedisQueue:
             pipe.lindex(self.keys.tickets, -1)
             depth, head = pipe.execute()
         return int(depth), enqueued_at(head)
+
+
+def _poison_letter(payload: bytes, wid: str, attempts: int) -> str:
+    """The letter a payload becomes if this death is one too many; each built on its own, never raising
+    (a payload that defeats :func:`peek_id` still gets a letter, without its id)."""
+    reason = f"poison: killed {attempts} workers"
+    try:
+        ticket_id = peek_id(payload)
+    except Exception:
+        ticket_id = None
+    return DeadLetter(reason, payload, worker=wid, id=ticket_id, attempts=attempts).to_json()
 
 
 def enqueued_at(raw: bytes | None) -> float | None:

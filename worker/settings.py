@@ -57,6 +57,7 @@ class Settings:
     burst_wait_s: float = 30.0  # --burst gives up (exit 5) after Redis was unreachable this long
     cluster: bool = False  # Redis Cluster client (the prefix gets a hash tag)
     keep_text_s: int = DEFAULT_KEEP_TEXT_S  # P:text:<id> TTL, so corrections can be trained on; 0: keep none
+    strict: bool = False  # refuse to start on a Redis that may evict (maxmemory-policy not noeviction)
 
     def __post_init__(self) -> None:
         problems = [p for p in self._problems() if p]
@@ -167,6 +168,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Redis Cluster: --redis-url names any node; the prefix gets a hash tag [env TICKETQ_CLUSTER]",
     )
     parser.add_argument(
+        "--strict",
+        action="store_true",
+        default=None,
+        help="refuse to start unless Redis's maxmemory-policy is noeviction (exit 2) [env TICKETQ_STRICT]",
+    )
+    parser.add_argument(
         "--route",
         action="append",
         default=None,
@@ -181,7 +188,8 @@ def from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
     known = {f.name: f for f in fields(Settings)}
     values: dict[str, Any] = {}
     engine_flags = [(name.replace("_", "-"), kind, "") for name, (kind, _) in ENGINE_FLAGS.items()]
-    flags = [*_FLAGS, *engine_flags, ("burst", bool, ""), ("cluster", bool, ""), ("route", str, "")]
+    flags = [*_FLAGS, *engine_flags, ("burst", bool, ""), ("cluster", bool, "")]
+    flags += [("strict", bool, ""), ("route", str, "")]
     for name, kind, _ in flags:
         attr = _ATTRS.get(name, name.replace("-", "_"))
         given = getattr(args, name.replace("-", "_"), None)
