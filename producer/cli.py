@@ -71,11 +71,17 @@ def _parser() -> argparse.ArgumentParser:
     dead.add_argument("--limit", type=int, default=20)
     dead.set_defaults(func=cmd_dead)
     requeue = sub.add_parser(
-        "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
+        "requeue-dead",
+        help="move dead letters back onto the queue, oldest first, in short atomic steps (after a fix)",
     )
     requeue.add_argument("--reason", help="only letters whose reason starts with this (e.g. 'engine error')")
     requeue.add_argument("--limit", type=int, help="at most this many, oldest first")
     requeue.add_argument("--id", dest="ticket_id", help="only the letter(s) of this ticket id")
+    requeue.add_argument(
+        "--poison",
+        action="store_true",
+        help="poison letters too (skipped unless asked, by this, --reason or --id)",
+    )
     requeue.set_defaults(func=cmd_requeue_dead)
     label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
     label.add_argument("id", metavar="ID")
@@ -169,7 +175,9 @@ def cmd_dead(client: Client, args: argparse.Namespace) -> int:
 def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be at least 1")
-    ids = client.requeue_dead(reason=args.reason, limit=args.limit, ticket_id=args.ticket_id)
+    ids = client.requeue_dead(
+        reason=args.reason, limit=args.limit, ticket_id=args.ticket_id, poison=args.poison
+    )
     for tid in ids:
         print(tid)
     print(f"requeued {len(ids)} dead letters", file=sys.stderr)

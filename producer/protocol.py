@@ -32,6 +32,8 @@ key                        type    what                                         
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
+``P:labelset``             set     the task's labels, written by each worker at start; the     replaced
+                                   label script refuses any other (even once a result is gone). at start
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 =========================  ======  ===========================================================  ==========
@@ -124,6 +126,10 @@ class Keys:
     @property
     def labels(self) -> str:
         return f"{self.prefix}:labels"
+
+    @property
+    def labelset(self) -> str:
+        return f"{self.prefix}:labelset"
 
     @property
     def head(self) -> str:

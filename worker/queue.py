@@ -27,6 +27,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from producer import scripts
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
     DeadLetter,
@@ -42,7 +43,6 @@ from producer.protocol import (
 from worker.connection import connect, is_cluster, transient
 from worker.contract import Finished, Rejected
 from worker.errors import FatalError, TransientError
-from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
 
 __all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
 
@@ -96,10 +96,11 @@ class RedisQueue:
         self.max_dead = max_dead  # 0: every dead letter is kept
         self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
-        self._claim = client.register_script(CLAIM)
-        self._recover = client.register_script(RECOVER)
-        self._requeue = client.register_script(REQUEUE_OWN)
-        self._trim = client.register_script(TRIM)
+        # the scripts live beside this module: worker/claim.lua, recover.lua, requeue_own.lua, trim.lua
+        self._claim = scripts.load(client, "worker", "claim.lua")
+        self._recover = scripts.load(client, "worker", "recover.lua")
+        self._requeue = scripts.load(client, "worker", "requeue_own.lua")
+        self._trim = scripts.load(client, "worker", "trim.lua")
         self.recovery_errors: dict[str, str] = {}  # worker id -> why its recovery failed (for the log)
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
         self.stale = 0  # payloads the last claim found already in this worker's list and handed back
@@ -380,6 +381,17 @@ class RedisQueue:
             pipe.execute()
         for script in (self._claim, self._recover, self._requeue, self._trim):
             script.sha = self.redis.script_load(script.script)  # +evalsha, +script|load
+
+    @transient
+    def publish_labels(self, labels: Sequence[str]) -> None:
+        """``P:labelset``: the task's labels, which the label script checks corrections against (a result
+        may be trimmed before a person corrects it). Replaced whole, in one transaction."""
+        if not labels:
+            return
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.labelset)
+            pipe.sadd(self.keys.labelset, *labels)
+            pipe.execute()
 
     def memory_policy(self) -> str | None:
         """Redis's ``maxmemory-policy``, or ``None`` when CONFIG is refused or renamed (managed services

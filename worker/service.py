@@ -186,6 +186,9 @@ class Service:
             )
         if self.heartbeat is not None:
             self.heartbeat.beat()
+        labels = self.classifier.describe().get("labels")
+        if isinstance(labels, list | tuple) and all(isinstance(x, str) for x in labels):
+            self.queue.publish_labels(list(labels))
         self._recover()
 
     def _loop(self) -> None:
