@@ -20,6 +20,7 @@ import redis
 from redis.client import PubSub
 
 from producer import scripts
+from producer.dead import replay
 from producer.learning import (
     HEADS_KEPT,
     MAX_HEAD_BYTES,
@@ -43,11 +44,6 @@ from producer.protocol import (
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
-
-# requeue-dead works in chunks from the old end (producer/requeue_dead.lua): no call may block Redis for
-# long, whatever the length of P:dead. 100 letters of ~500 bytes take about a millisecond a call.
-REQUEUE_LOOK = 100  # letters looked at per call
-REQUEUE_BYTES = 1024 * 1024  # bytes of letters decoded per call (a letter holds at most ~88 KiB)
 
 
 class LabelError(ValueError):
@@ -195,27 +191,8 @@ class Client:
         Works in bounded chunks (one short script call each), so replaying 20,000 letters never blocks
         Redis: each letter is either still dead or back in the queue, never both, even if this client dies
         part way. A letter added meanwhile joins the new end and is not replayed by this call."""
-        if limit is not None and limit < 1:
-            raise ValueError("limit must be at least 1")
-        with_poison = poison or bool(ticket_id) or (reason or "").startswith("poison")
         keys = [self.keys.dead, self.keys.tickets, self.keys.attempts]
-        moved: list[str] = []
-        cursor = 0
-        while limit is None or len(moved) < limit:
-            most = REQUEUE_LOOK if limit is None else min(REQUEUE_LOOK, limit - len(moved))
-            args: list[str | int] = [
-                reason or "",
-                most,
-                ticket_id or "",
-                int(cursor),
-                REQUEUE_LOOK,
-                REQUEUE_BYTES,
-            ]
-            ids, cursor, done = self._requeue_dead(keys=keys, args=[*args, "1" if with_poison else "0"])
-            moved += [m.decode() if isinstance(m, bytes) else str(m) for m in ids]
-            if int(done):
-                break
-        return moved
+        return replay(self._requeue_dead, keys, reason, limit, ticket_id, poison)
 
     def _push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> dict[str, str]:
         payloads: list[bytes] = []

@@ -13,8 +13,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis.commands.core import Script
-
 
 @cache
 def source(package: str, name: str) -> str:
@@ -22,6 +20,8 @@ def source(package: str, name: str) -> str:
     return resources.files(package).joinpath(name).read_text(encoding="utf-8")
 
 
-def load(client: Any, package: str, name: str) -> Script:
-    """The script registered on ``client``: ``EVALSHA``, with ``NOSCRIPT`` answered by loading it."""
+def load(client: Any, package: str, name: str) -> Any:
+    """The script registered on ``client`` (a ``redis.commands.core.Script``; redis is not imported here,
+    as producer.learning, which the engine imports, reads sources through this module): ``EVALSHA``,
+    with ``NOSCRIPT`` answered by loading it."""
     return client.register_script(source(package, name))

@@ -19,6 +19,7 @@ from redis.retry import Retry
 
 from worker.errors import EXIT_AUTH, EXIT_WRONGTYPE, FatalError, TransientError
 
+SOCKET_TIMEOUT_S = 15.0  # the worker's: above the longest BLMOVE block (1 s), below "looks hung"
 P = ParamSpec("P")
 T = TypeVar("T")
 

@@ -2,17 +2,15 @@
 
 Every state change is one atomic step, so a worker may die between any two of them and lose nothing:
 
-- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (a Lua script, or BLMOVE when the
-  input is empty so an idle worker blocks instead of polling);
-- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, the attempt counters, any routed
-  RQ jobs (through a hook) and the ``P:events`` notice all land together or not at all;
-- recovery moves a dead worker's in-flight list back to the *right* end of ``P:tickets`` (served next)
-  and counts one attempt per payload; a payload that was in flight on ``max_attempts`` dead workers is a
-  poison ticket and is dead-lettered instead. Payloads that were in flight when a worker died are claimed
-  *alone* afterwards, so one poison ticket cannot take its drain-mates down with it a second time.
+- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (claim.lua, or BLMOVE when idle);
+- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, attempt counters, routed RQ jobs
+  and the ``P:events`` notice land together; every record is serialized and checked strict before it;
+- recovery (recover.lua) requeues a dead worker's list to the *right* end of ``P:tickets`` (served
+  next), counting one attempt per payload; one in flight on ``max_attempts`` dead workers is poison and
+  dead-lettered. Such suspects are later claimed *alone*, so they cannot sink drain-mates twice.
 
-Every key is passed to the scripts as ``KEYS`` and built by :class:`~producer.protocol.Keys`, so with a
-hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
+Every key reaches the scripts as ``KEYS``, built by :class:`~producer.protocol.Keys`: with a hash-tagged
+prefix such as ``{ticketq}`` this works on Redis Cluster as well.
 """
 
 from __future__ import annotations
@@ -34,15 +32,15 @@ from producer.protocol import (
     Event,
     Keys,
     Result,
-    Unwritable,
     payload_digest,
-    peek_id,
 )
+from producer.strictjson import Unwritable
 
 # connect and transient live in worker.connection; re-exported here, where callers have always found them
 from worker.connection import connect, is_cluster, transient
 from worker.contract import Finished, Rejected
 from worker.errors import FatalError, TransientError
+from worker.records import digest_of, enqueued_at, poison_letter
 
 __all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue", "connect", "transient"]
 
@@ -219,7 +217,7 @@ class RedisQueue:
         digests: dict[str, str] = {}
         for tid, old in zip(ids, pipe.hmget(self.keys.results, ids) if ids else [], strict=True):
             if old is not None:
-                digests[tid] = _digest_of(_raw(old))
+                digests[tid] = digest_of(_raw(old))
         report = AckReport()
         writes: dict[str, tuple[Result, str]] = {}  # id -> the result and its JSON, checked strict
         rejects = list(rejected)
@@ -327,7 +325,7 @@ class RedisQueue:
             seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0"]
             for p, d, s in zip(held, digests, seen, strict=True):
-                args += [p, d, str(s), _poison_letter(p, wid, s + 1)]
+                args += [p, d, str(s), poison_letter(p, wid, s + 1)]
             status, requeued, dead = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return None
@@ -362,47 +360,10 @@ class RedisQueue:
         keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
         return int(self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0"]))
 
-    # -- start-up checks --------------------------------------------------------------------------------
-
-    @transient
-    def check_access(self) -> None:
-        """Before the model loads: the credentials, the ACL permissions and the key types this worker
-        needs, with the commands it will use (so the threat model's ACL suffices) and without writing.
-        Raises :class:`FatalError` (exit 3 or 4) for what no wait can fix, TransientError when unreachable."""
-        k = self.keys
-        with self.redis.pipeline(transaction=False) as pipe:
-            for key in (k.tickets, k.dead, self.inflight):
-                pipe.llen(key)  # WRONGTYPE unless a list (or absent)
-            for key in (k.results, k.attempts, k.head):
-                pipe.hexists(key, "")  # ... a hash
-            pipe.zrangebyscore(k.done, "+inf", "+inf", start=0, num=1)  # ... a sorted set
-            pipe.smembers(k.workers)  # ... a set
-            pipe.get(k.heartbeat(self.worker_id))  # ... a string
-            pipe.execute()
+    def load_scripts(self) -> None:
+        """SCRIPT LOAD every script now (a start-up check of +evalsha and +script|load)."""
         for script in (self._claim, self._recover, self._requeue, self._trim):
-            script.sha = self.redis.script_load(script.script)  # +evalsha, +script|load
-
-    @transient
-    def publish_labels(self, labels: Sequence[str]) -> None:
-        """``P:labelset``: the task's labels, which the label script checks corrections against (a result
-        may be trimmed before a person corrects it). Replaced whole, in one transaction."""
-        if not labels:
-            return
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.keys.labelset)
-            pipe.sadd(self.keys.labelset, *labels)
-            pipe.execute()
-
-    def memory_policy(self) -> str | None:
-        """Redis's ``maxmemory-policy``, or ``None`` when CONFIG is refused or renamed (managed services
-        do that). Anything but ``noeviction`` may evict tickets, in-flight lists or heartbeats."""
-        try:
-            policy = self.redis.config_get("maxmemory-policy").get("maxmemory-policy")
-        except (redis.ResponseError, redis.exceptions.RedisClusterException):
-            return None
-        if isinstance(policy, bytes):
-            policy = policy.decode()
-        return policy if isinstance(policy, str) else None
+            script.sha = self.redis.script_load(script.script)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -424,28 +385,6 @@ class RedisQueue:
         return int(depth), enqueued_at(head)
 
 
-def _poison_letter(payload: bytes, wid: str, attempts: int) -> str:
-    """The letter a payload becomes if this death is one too many; each built on its own, never raising
-    (a payload that defeats :func:`peek_id` still gets a letter, without its id)."""
-    reason = f"poison: killed {attempts} workers"
-    try:
-        ticket_id = peek_id(payload)
-    except Exception:
-        ticket_id = None
-    return DeadLetter(reason, payload, worker=wid, id=ticket_id, attempts=attempts).to_json()
-
-
-def enqueued_at(raw: bytes | None) -> float | None:
-    """A payload's ``enqueued_at`` when it has a numeric one; never raises (the payload may be junk)."""
-    if not raw or len(raw) > MAX_PAYLOAD_BYTES:
-        return None
-    try:
-        value = json.loads(raw).get("enqueued_at")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _raw(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
@@ -453,11 +392,3 @@ def _raw(value: bytes | str) -> bytes:
 def _any(value: bytes) -> Any:
     """redis-py types list values as ``str``; raw payloads are bytes and must stay bytes."""
     return value
-
-
-def _digest_of(result_json: bytes) -> str:
-    """The digest of an existing result; an unreadable one matches nothing, so the first result stands."""
-    try:
-        return str(json.loads(result_json).get("digest", ""))
-    except (ValueError, AttributeError):
-        return ""

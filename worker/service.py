@@ -43,6 +43,7 @@ from worker.metrics import Metrics
 from worker.queue import AckHook, AckReport, RedisQueue
 from worker.settings import Settings
 from worker.stage import Outcome, process
+from worker.startcheck import publish_labels
 
 T = TypeVar("T")
 
@@ -188,7 +189,7 @@ class Service:
             self.heartbeat.beat()
         labels = self.classifier.describe().get("labels")
         if isinstance(labels, list | tuple) and all(isinstance(x, str) for x in labels):
-            self.queue.publish_labels(list(labels))
+            publish_labels(self.queue, list(labels))
         self._recover()
 
     def _loop(self) -> None:

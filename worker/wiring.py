@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from producer.protocol import Keys, cluster_prefix
+from worker.connection import SOCKET_TIMEOUT_S
 from worker.contract import Classifier
 from worker.errors import EXIT_CONFIG, EXIT_MODEL
 from worker.settings import Settings
@@ -19,8 +20,6 @@ from worker.settings import Settings
 if TYPE_CHECKING:
     from worker.metrics import Metrics
     from worker.service import Service
-
-SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
 
 
 @dataclass(frozen=True)
@@ -111,6 +110,8 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
             log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
             return EXIT_CONFIG
         log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
+    from worker.startcheck import check_redis
+
     checked = check_redis(settings, log)
     if checked is not None:
         return checked
@@ -129,52 +130,6 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
         return EXIT_CONFIG
     service.install_signals()
     return int(service.run())
-
-
-def check_redis(settings: Settings, log: Any) -> int | None:
-    """Credentials, ACL permissions, key types and the memory policy, before the model loads (seconds to
-    minutes on a cold machine): an exit status when the worker must not start, else ``None``. An
-    unreachable Redis is not an error here: the service waits for it, as it would mid-run."""
-    from worker.errors import FatalError, TransientError
-    from worker.queue import RedisQueue, connect
-
-    keys = Keys(cluster_prefix(settings.prefix) if settings.cluster else settings.prefix)
-    client = connect(settings.redis_url, socket_timeout=SOCKET_TIMEOUT_S, cluster=settings.cluster)
-    try:
-        queue = RedisQueue(client, keys, settings.worker_id)
-        queue.check_access()
-        policy = queue.memory_policy()
-    except FatalError as exc:
-        log.error(
-            "fatal",
-            cause=exc.cause,
-            error=str(exc),
-            exit_code=exc.exit_code,
-            when="before loading",
-            redis_url=settings.public()["redis_url"],
-        )
-        return exc.exit_code
-    except TransientError as exc:
-        log.warning("redis_unchecked", error=str(exc), note="unreachable now: the worker waits for it")
-        return None
-    finally:
-        client.close()
-    if policy is None:
-        log.warning(
-            "memory_policy_unchecked",
-            note="CONFIG GET is refused or renamed here: make sure maxmemory-policy is noeviction",
-        )
-    elif policy != "noeviction":
-        (log.error if settings.strict else log.warning)(
-            "memory_policy",
-            policy=policy,
-            risk="Redis may evict tickets, in-flight lists or heartbeats (false poison letters)",
-            fix="CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf)",
-            strict=settings.strict,
-        )
-        if settings.strict:
-            return EXIT_CONFIG
-    return None
 
 
 def _is_head_error(exc: Exception) -> bool:

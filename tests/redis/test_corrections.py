@@ -280,8 +280,9 @@ def test_a_trimmed_result_no_longer_lets_any_label_through(r: redis.Redis, keys:
     """Issue 19: the task's labels live in P:labelset (every worker writes it at start), so the label is
     checked even after the result was trimmed."""
     from worker.queue import RedisQueue
+    from worker.startcheck import publish_labels
 
-    RedisQueue(r, keys, "w1").publish_labels(["billing", "account"])
+    publish_labels(RedisQueue(r, keys, "w1"), ["billing", "account"])
     r.set(keys.text("T-4"), "kept text, result trimmed")
     with pytest.raises(LabelError, match=r"unknown label whatever \(labels: account, billing\)"):
         Client(r, keys.prefix).label("T-4", "whatever")

@@ -168,9 +168,9 @@ def test_requeue_dead_skips_poison_unless_asked_and_keeps_its_attempts(r: redis.
 
 
 def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(r: redis.Redis, keys: Keys) -> None:
-    from producer import client as client_mod
+    from producer import dead
 
-    n = client_mod.REQUEUE_LOOK * 3 + 7
+    n = dead.REQUEUE_LOOK * 3 + 7
     letters = [
         DeadLetter("poison: killed 3 workers" if i % 4 == 0 else "engine error: x", payload(i), id=f"t{i}")
         for i in range(n)

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer.protocol import (
-    MAX_DEPTH,
     MAX_ID_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_TEXT_CHARS,
@@ -19,11 +18,11 @@ from producer.protocol import (
     Keys,
     Result,
     Ticket,
-    Unwritable,
     decode_ticket,
     payload_digest,
     peek_id,
 )
+from producer.strictjson import MAX_DEPTH, Unwritable
 
 
 def test_good_ticket_keeps_extra_fields_and_strips_text() -> None:
