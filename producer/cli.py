@@ -88,6 +88,7 @@ class RequeueOptions:
     reason: str | None = option(None, help="only letters whose reason starts with this (e.g. 'engine error')")
     limit: int | None = option(None, help="at most this many, oldest first", shown="all", check=at_least(1))
     ticket_id: str | None = option(None, help="only the letter(s) of this ticket id", flag="id", shown="any")
+    poison: bool = option(False, help="poison letters too (else only with `--reason poison` or `--id`)")
 
     def __post_init__(self) -> None:
         _check(self)
@@ -128,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     config.add_arguments(dead, DeadOptions)
     dead.set_defaults(func=cmd_dead)
     requeue = sub.add_parser(
-        "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
+        "requeue-dead", help="move dead letters back onto the queue, oldest first, in short atomic steps"
     )
     config.add_arguments(requeue, RequeueOptions)
     requeue.set_defaults(func=cmd_requeue_dead)
@@ -224,7 +225,9 @@ def cmd_dead(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
     opts = config.resolve(RequeueOptions, args)
-    ids = client.requeue_dead(reason=opts.reason, limit=opts.limit, ticket_id=opts.ticket_id)
+    ids = client.requeue_dead(
+        reason=opts.reason, limit=opts.limit, ticket_id=opts.ticket_id, poison=opts.poison
+    )
     for tid in ids:
         print(tid)
     print(f"requeued {len(ids)} dead letters", file=sys.stderr)

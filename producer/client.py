@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,11 +19,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.client import PubSub
 
+from producer import scripts
+from producer.dead import replay
 from producer.learning import (
     HEADS_KEPT,
-    LABEL_SCRIPT,
     MAX_HEAD_BYTES,
-    PUBLISH_HEAD_SCRIPT,
     Correction,
     HeadVersion,
     label_problem,
@@ -43,31 +44,6 @@ from producer.protocol import (
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
-
-# Moves dead letters back to the input in one atomic step: a client that dies half-way leaves every
-# letter either still dead or back in the queue, never neither, never both. Only letters whose payload
-# is kept whole as text can be replayed (base64 ones were not UTF-8, truncated ones were oversized:
-# the worker would refuse both again).
-REQUEUE_DEAD = """
--- KEYS: 1 dead, 2 tickets.  ARGV: 1 reason prefix ('' any), 2 most to move (0: all), 3 ticket id ('' any)
-local letters = redis.call('LRANGE', KEYS[1], 0, -1)
-local limit = tonumber(ARGV[2])
-local moved, ids = 0, {}
-for i = #letters, 1, -1 do  -- oldest first, so replays keep their original order
-  if limit > 0 and moved >= limit then break end
-  local ok, letter = pcall(cjson.decode, letters[i])
-  if ok and type(letter) == 'table' and type(letter.payload) == 'string' and letter.payload_bytes == nil
-    and (ARGV[1] == '' or (type(letter.reason) == 'string'
-                           and string.sub(letter.reason, 1, #ARGV[1]) == ARGV[1]))
-    and (ARGV[3] == '' or letter.id == ARGV[3]) then
-    redis.call('LREM', KEYS[1], 1, letters[i])
-    redis.call('LPUSH', KEYS[2], letter.payload)
-    moved = moved + 1
-    ids[#ids + 1] = type(letter.id) == 'string' and letter.id or ''
-  end
-end
-return ids
-"""
 
 
 class LabelError(ValueError):
@@ -112,15 +88,21 @@ class Stats:
 
 
 def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host``; a URL without a password is unchanged.
+    """``redis://user:secret@host`` -> ``redis://user:***@host``, and ``?password=secret`` ->
+    ``?password=***`` (redis-py reads a password from the query too); a URL without one is unchanged.
 
     The one masking helper: worker settings and the dashboard both show URLs through it."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    if parts.query:
+        parts = parts._replace(query=_QUERY_SECRET.sub(r"\g<1>***", parts.query))
+    return urlunsplit(parts)
+
+
+_QUERY_SECRET = re.compile(r"((?:^|&)password=)[^&]*", re.I)
 
 
 def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) -> tuple[bytes, Ticket]:
@@ -159,9 +141,9 @@ class Client:
         self.redis = connection
         self.keys = Keys(cluster_prefix(prefix) if cluster else prefix)
         self.stamp = stamp
-        self._requeue_dead = connection.register_script(REQUEUE_DEAD)
-        self._label = connection.register_script(LABEL_SCRIPT)
-        self._publish = connection.register_script(PUBLISH_HEAD_SCRIPT)
+        self._requeue_dead = scripts.load(connection, "producer", "requeue_dead.lua")
+        self._label = scripts.load(connection, "producer", "label.lua")
+        self._publish = scripts.load(connection, "producer", "publish_head.lua")
 
     @classmethod
     def from_url(
@@ -190,16 +172,27 @@ class Client:
         return self.wait(list(digests), timeout, digests=digests)
 
     def requeue_dead(
-        self, *, reason: str | None = None, limit: int | None = None, ticket_id: str | None = None
+        self,
+        *,
+        reason: str | None = None,
+        limit: int | None = None,
+        ticket_id: str | None = None,
+        poison: bool = False,
     ) -> list[str]:
-        """Move dead letters back onto the input, oldest first, in one atomic step; returns their ids
-        ('' for letters without one). ``reason`` matches the start of the letter's reason (``poison``,
-        ``engine error``); ``limit`` caps how many. Letters whose payload was not kept whole are left."""
-        if limit is not None and limit < 1:
-            raise ValueError("limit must be at least 1")
-        args: list[str | int] = [reason or "", limit or 0, ticket_id or ""]
-        moved = self._requeue_dead(keys=[self.keys.dead, self.keys.tickets], args=args)
-        return [m.decode() if isinstance(m, bytes) else str(m) for m in moved]
+        """Move dead letters back onto the input, oldest first; returns their ids ('' for letters
+        without one). ``reason`` matches the start of the letter's reason (``engine error``); ``limit``
+        caps how many. Letters whose payload was not kept whole are left.
+
+        Poison letters (a payload that was in flight on ``max-attempts`` workers that died) stay dead
+        unless asked for: ``poison=True``, a ``reason`` starting with ``poison``, or their ``ticket_id``.
+        A replayed poison payload keeps its attempt history, so it travels alone and one more death
+        makes it dead again.
+
+        Works in bounded chunks (one short script call each), so replaying 20,000 letters never blocks
+        Redis: each letter is either still dead or back in the queue, never both, even if this client dies
+        part way. A letter added meanwhile joins the new end and is not replayed by this call."""
+        keys = [self.keys.dead, self.keys.tickets, self.keys.attempts]
+        return replay(self._requeue_dead, keys, reason, limit, ticket_id, poison)
 
     def _push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> dict[str, str]:
         payloads: list[bytes] = []
@@ -327,7 +320,7 @@ class Client:
         problem = label_problem(ticket_id, label, by)
         if problem:
             raise LabelError(problem)
-        keys = [self.keys.results, self.keys.text(ticket_id), self.keys.labels]
+        keys = [self.keys.results, self.keys.text(ticket_id), self.keys.labels, self.keys.labelset]
         try:
             raw = self._label(keys=keys, args=[ticket_id, label, by or ""])
         except redis.ResponseError as exc:

@@ -80,8 +80,10 @@ TABLE: dict[Exit, Meaning] = {
     ),
     Exit.INTERNAL: Meaning(
         "internal error",
-        "an unexpected internal error (a bug): logged as `fatal` with its traceback",
-        "report it; restart",
+        "an unexpected internal error (a bug): one `fatal` event, `cause: internal`, with the traceback; or "
+        "the heartbeat thread died (`cause: heartbeat`). Claims stay for recovery, which counts an attempt, "
+        "so a payload that trips the bug everywhere ends as a poison letter",
+        "restart it, and report the traceback",
     ),
     Exit.SIGNAL: Meaning(
         "stopped by a second signal N",

@@ -5,9 +5,12 @@
   first character (``{``: JSON Lines, anything else: CSV).
 - Encoding: UTF-8; a byte-order mark before the first line (spreadsheets write one before a CSV header) is
   dropped.
-- JSON Lines: one object per line; blank lines are skipped.
+- JSON Lines: one object per line, lines split on ``\n`` only (a U+2028 or a form feed inside a text is
+  valid JSON Lines, which ``str.splitlines`` would cut); a ``\r`` before it is dropped; blank lines are
+  skipped; an object nested deeper than the wire protocol allows is an error with its line.
 - CSV: a header row naming at least ``id`` and ``text``; other columns are kept. A row with more values
-  than the header has columns is an error; quoted fields may span lines.
+  than the header has columns is an error; quoted fields may span lines; a field over csv's limit (131,072
+  characters) or a quote never closed is an error with its line.
 
 Errors are :class:`FileError`, naming the file (when there is one) and the line. What a row must hold to be
 a ticket is the protocol's business (:func:`producer.client.encode`), not this module's.
@@ -59,11 +62,14 @@ def _sniff(text: str, name: str) -> str:
 
 def _jsonl(text: str, where: str) -> list[Row]:
     rows = []
-    for line, raw in enumerate(text.splitlines(), 1):
+    for line, raw in enumerate(text.split("\n"), 1):
+        raw = raw.removesuffix("\r")
         if not raw.strip():
             continue
         try:
             obj = json.loads(raw)
+        except RecursionError:
+            raise FileError(f"{where}line {line}: nested too deeply") from None
         except ValueError as exc:
             raise FileError(f"{where}line {line}: not JSON: {exc}") from None
         if not isinstance(obj, dict):
@@ -74,12 +80,19 @@ def _jsonl(text: str, where: str) -> list[Row]:
 
 def _csv(text: str, where: str) -> list[Row]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = sorted({"id", "text"} - set(reader.fieldnames or []))
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise FileError(f"{where}line {reader.line_num + 1}: {exc}") from None
+    missing = sorted({"id", "text"} - set(header))
     if missing:
         raise FileError(f"{where}the CSV header needs id and text columns; missing {missing}")
     rows = []
-    for row in reader:
-        if None in row:
-            raise FileError(f"{where}line {reader.line_num}: more values than header columns")
-        rows.append((reader.line_num, {k: v for k, v in row.items() if v is not None}))
+    try:
+        for row in reader:
+            if None in row:
+                raise FileError(f"{where}line {reader.line_num}: more values than header columns")
+            rows.append((reader.line_num, {k: v for k, v in row.items() if v is not None}))
+    except csv.Error as exc:  # a field past csv's field_size_limit, a quote never closed
+        raise FileError(f"{where}line {reader.line_num + 1}: {exc}") from None
     return rows

@@ -1,6 +1,12 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
--- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels.   ARGV: 1 ticket id, 2 label, 3 by (optional).
--- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels , T-1 billing alice
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels, 4 (optional) P:labelset.
+-- ARGV: 1 ticket id, 2 label, 3 by (optional).
+-- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset , T-1 billing alice
+-- The label must be one of the task's: P:labelset (written by every worker at start) when it exists, else
+-- the labels of the ticket's result while the result is kept; so a result that was trimmed no longer lets
+-- any label through.
+-- Atomic: the checks and the write see one state; nothing is written when a check fails.
+-- Cost: O(1): a GET, an HGET, a SISMEMBER, one cjson decode of a result and one encode.
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
 local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
 if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
@@ -16,6 +22,11 @@ if not text then
   return redis.error_reply('TICKETQ unknown ticket ' .. id .. ' (no result and no text)')
 end
 local record = {label = label, text = text}
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
+  local known = redis.call('SMEMBERS', KEYS[4])
+  table.sort(known)
+  return redis.error_reply('TICKETQ unknown label ' .. label .. ' (labels: ' .. table.concat(known, ', ') .. ')')
+end
 if raw then
   local ok, result = pcall(cjson.decode, raw)
   if ok and type(result) == 'table' then

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from producer.scripts import source
 
 DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
 MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
@@ -23,21 +24,9 @@ HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head fi
 
 #: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
 #: <id> <label> [<by>]``. The file ships with the package so other languages can load it as it is.
-LABEL_SCRIPT = (Path(__file__).parent / "label.lua").read_text(encoding="utf-8")
-
-# KEYS: 1 P:head:seq, 2 P:head, 3 P:heads.  ARGV: 1 head bytes, 2 history entry JSON without its version,
-# 3 entries kept. The version, the current head and the history change together.
-PUBLISH_HEAD_SCRIPT = """
-local version = tostring(redis.call('INCR', KEYS[1]))
-local entry = cjson.decode(ARGV[2])
-entry.version = version
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'version', version, 'data', ARGV[1], 'at', tostring(entry.at),
-  'sha256', entry.sha256, 'by', entry.by or '')
-redis.call('LPUSH', KEYS[3], cjson.encode(entry))
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[3]) - 1)
-return version
-"""
+LABEL_SCRIPT = source("producer", "label.lua")
+#: Publishes a head, versioned (``producer/publish_head.lua``).
+PUBLISH_HEAD_SCRIPT = source("producer", "publish_head.lua")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ key                        type    what                                         
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
+``P:labelset``             set     the task's labels, written by each worker; label.lua checks  at start
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 =========================  ======  ===========================================================  ==========
@@ -45,11 +46,10 @@ white space) of at most ``MAX_TEXT_CHARS`` characters, without control character
 newline and carriage return. ``v`` (optional) is the format version, 1. ``enqueued_at`` (optional) is
 the time the producer pushed it, in unix seconds (a number): results then carry ``queued_s``, the wait
 before a worker claimed it. Every other field is passed through to the result under ``fields``.
-Anything else is dead-lettered with the reason.
+Anything else (and what :mod:`producer.strictjson` refuses) is dead-lettered with the reason.
 
-Duplicate ids: a ticket whose id already has a result is treated as a redelivery when its payload is
-byte-for-byte the same (the result is rewritten, harmlessly), and dead-lettered with the reason
-``duplicate id`` when it differs. The first result for an id wins.
+Duplicate ids: a ticket whose id already has a result is a redelivery when its payload is byte-for-byte
+the same (the result is rewritten), else dead-lettered as ``duplicate id``: the first result wins.
 """
 
 from __future__ import annotations
@@ -61,14 +61,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from producer.strictjson import (
+    MAX_PAYLOAD_BYTES,
+    TEXT_CONTROLS,
+    BadTicket,
+    check_chars,
+    check_id_chars,
+    clean,
+    dumps_strict,
+    loads_strict,
+)
+
+__all__ = ["MAX_PAYLOAD_BYTES", "BadTicket"]  # the wire contract's, though they live in producer.strictjson
 VERSION = 1
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 16_384
-# Checked before JSON parsing, so a 10 MB payload is refused without being decoded.
-MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PREFIX = "ticketq"
-
-_ALLOWED_CONTROL = frozenset({"\t", "\n", "\r"})
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,10 @@ class Keys:
         return f"{self.prefix}:labels"
 
     @property
+    def labelset(self) -> str:
+        return f"{self.prefix}:labelset"
+
+    @property
     def head(self) -> str:
         return f"{self.prefix}:head"
 
@@ -129,14 +141,6 @@ class Keys:
 
     def heartbeat(self, worker_id: str) -> str:
         return f"{self.prefix}:heartbeat:{worker_id}"
-
-
-class BadTicket(ValueError):
-    """A payload that can never be classified. It is dead-lettered with ``reason``; never retried."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 def cluster_prefix(prefix: str) -> str:
@@ -172,18 +176,7 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     """Strictly decode one payload from the input list, or raise :class:`BadTicket` with the reason."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_PAYLOAD_BYTES:
-        raise BadTicket(f"payload too large: {len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadTicket(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        obj = json.loads(text)
-    except RecursionError:
-        raise BadTicket("not JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise BadTicket(f"not JSON: {exc}") from None
+    obj = loads_strict(raw)
     if not isinstance(obj, dict):
         raise BadTicket(f"not a JSON object: got {type(obj).__name__}")
     version = obj.pop("v", VERSION)
@@ -198,8 +191,10 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         raise BadTicket("empty field: id")
     if len(ticket_id) > MAX_ID_CHARS:
         raise BadTicket(f"id too long: {len(ticket_id)} characters > {MAX_ID_CHARS}")
-    # Ids end up in logs and terminals: no control characters there either (not even tab or newline).
-    _check_chars(ticket_id, "id", allowed=frozenset())
+    # Ids end up in logs, terminals and web pages: no control characters there (not even tab or newline),
+    # no C1 controls, and no bidi or line-separator characters that reorder or break what a person reads.
+    check_chars(ticket_id, "id", allowed=frozenset())
+    check_id_chars(ticket_id)
     if "text" not in obj:
         raise BadTicket("missing field: text")
     body = obj.pop("text")
@@ -210,7 +205,7 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     body = body.strip()
     if not body:
         raise BadTicket("empty field: text is empty or white space")
-    _check_chars(body, "text", allowed=_ALLOWED_CONTROL)
+    check_chars(body, "text", allowed=TEXT_CONTROLS)
     enqueued_at = obj.pop("enqueued_at", None)
     if enqueued_at is not None and (
         isinstance(enqueued_at, bool)
@@ -226,14 +221,6 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         fields=obj,
         enqueued_at=None if enqueued_at is None else float(enqueued_at),
     )
-
-
-def _check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
-    for ch in value:
-        if (ord(ch) < 32 or ord(ch) == 127) and ch not in allowed:
-            raise BadTicket(f"control character U+{ord(ch):04X} in {name}")
-        if 0xD800 <= ord(ch) <= 0xDFFF:
-            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {name}")
 
 
 def _type_name(value: Any) -> str:
@@ -276,7 +263,8 @@ class Result:
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
         extra = {"method": self.method, "head": self.head}
-        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
+        # Strict (raises Unwritable): NaN scores or a field that is not UTF-8 never reach Redis.
+        return dumps_strict({**out, **{k: v for k, v in extra.items() if v is not None}})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
@@ -307,16 +295,23 @@ class DeadLetter:
     worker: str = ""
     at: float = field(default_factory=time.time)
     id: str | None = None  # the ticket id when one could be read (see :func:`peek_id`), so waiters can tell
+    # Workers that died holding it (a poison letter): restored to P:attempts when it is replayed, so a
+    # replayed poison ticket still travels alone and is dead again after one more death, not three.
+    attempts: int = 0
 
     def to_json(self) -> str:
+        # Never raises: the reason (it may quote an exception) and the id are cleaned of lone surrogates,
+        # and the payload travels as UTF-8 text only when it is strict UTF-8, else as base64.
         out: dict[str, Any] = {
             "v": VERSION,
-            "reason": self.reason,
-            "worker": self.worker,
-            "at": round(self.at, 3),
+            "reason": clean(self.reason),
+            "worker": clean(self.worker),
+            "at": round(self.at, 3) if math.isfinite(self.at) else 0.0,
         }
         if self.id is not None:
-            out["id"] = self.id
+            out["id"] = clean(self.id)
+        if self.attempts:
+            out["attempts"] = self.attempts
         payload = self.payload
         if len(payload) > MAX_PAYLOAD_BYTES:
             # Keep the dead list bounded: an oversized payload is kept as its head plus its size.
@@ -340,32 +335,36 @@ class DeadLetter:
         else:
             payload = str(obj.get("payload", "")).encode("utf-8", "surrogatepass")
         ticket_id = obj.get("id")
+        attempts = obj.get("attempts", 0)
         return cls(
             reason=str(obj.get("reason", "")),
             payload=payload,
             worker=str(obj.get("worker", "")),
             at=float(obj.get("at", 0.0)),
             id=ticket_id if isinstance(ticket_id, str) else None,
+            attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
         )
 
 
 def peek_id(raw: bytes | str) -> str | None:
     """Best-effort ticket id of a payload that may be invalid, so a dead letter can still name its ticket.
 
-    Never raises: a payload that is not a JSON object with a string ``id`` simply has no id.
+    Never raises: a payload that the strict parser refuses, or whose ``id`` is not one a valid ticket
+    could carry (a lone surrogate, a control or bidi character, too long), simply has no id.
     """
     try:
-        if isinstance(raw, bytes):
-            if len(raw) > MAX_PAYLOAD_BYTES:
-                return None
-            raw = raw.decode("utf-8")
-        obj = json.loads(raw)
-    except (ValueError, RecursionError):
+        obj = loads_strict(raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass"))
+    except BadTicket:
         return None
     ticket_id = obj.get("id") if isinstance(obj, dict) else None
-    if isinstance(ticket_id, str) and ticket_id.strip() and len(ticket_id) <= MAX_ID_CHARS:
-        return ticket_id
-    return None
+    if not isinstance(ticket_id, str) or not ticket_id.strip() or len(ticket_id) > MAX_ID_CHARS:
+        return None
+    try:
+        check_chars(ticket_id, "id", allowed=frozenset())
+        check_id_chars(ticket_id)
+    except BadTicket:
+        return None
+    return ticket_id
 
 
 @dataclass(frozen=True)
@@ -380,7 +379,9 @@ class Event:
     dead: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"ids": self.ids, "dead": self.dead}, ensure_ascii=False)
+        """Never raises: ids and reasons are cleaned of lone surrogates (see :func:`clean`)."""
+        dead = {clean(k): clean(v) for k, v in self.dead.items()}
+        return json.dumps({"ids": [clean(i) for i in self.ids], "dead": dead}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Event:

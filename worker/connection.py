@@ -20,6 +20,7 @@ from redis.retry import Retry
 from producer.exitcodes import Exit
 from worker.errors import FatalError, TransientError
 
+SOCKET_TIMEOUT_S = 15.0  # the worker's: above the longest BLMOVE block (1 s), below "looks hung"
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -66,6 +67,30 @@ _TRANSIENT = (
     redis.exceptions.TryAgainError,
     redis.exceptions.RedisClusterException,
 )
+# Error replies that mean "not now": a script running too long (BUSY), a restart loading its data
+# (LOADING), a failed RDB save that stops writes (MISCONF), too few replicas (NOREPLICAS), a replica whose
+# master is down (MASTERDOWN), a cluster resharding or failing over (TRYAGAIN, CLUSTERDOWN), a read-only
+# replica or a full Redis (READONLY, OOM). Matched by the reply's code, whatever class redis-py gives it.
+TRANSIENT_CODES = frozenset(
+    {"BUSY", "LOADING", "MISCONF", "NOREPLICAS", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM"}
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that waiting can cure: a lost connection (reset, refused, timed out) or a reply above."""
+    if isinstance(exc, _TRANSIENT):
+        return True
+    return isinstance(exc, redis.ResponseError) and reply_code(exc) in TRANSIENT_CODES
+
+
+def reply_code(exc: BaseException) -> str:
+    """The error code of a Redis error reply (``WRONGTYPE``, ``BUSY``...); redis-py prefixes a pipeline's
+    with ``Command # N (...) of pipeline caused error: ``."""
+    text = str(exc)
+    _, sep, tail = text.partition(" of pipeline caused error: ")
+    return (tail if sep else text).split(" ", 1)[0]
+
+
 # ...and failures that never go away by waiting: AuthenticationError is a ConnectionError to redis-py,
 # so these are checked first. A wrong password retried forever looked like an outage in the logs.
 _AUTH = (redis.AuthenticationError, redis.exceptions.AuthorizationError, redis.exceptions.NoPermissionError)
@@ -77,7 +102,7 @@ def fatal_from(exc: BaseException) -> FatalError | None:
         return FatalError(
             f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=Exit.REDIS_ACCESS
         )
-    if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
+    if isinstance(exc, redis.ResponseError) and reply_code(exc) == "WRONGTYPE":
         return FatalError(
             f"a ticketq key holds the wrong type (another program writes under this prefix?): {exc}",
             cause="wrongtype",
@@ -98,7 +123,7 @@ def transient(fn: Callable[P, T]) -> Callable[P, T]:
             fatal = fatal_from(exc)
             if fatal is not None:
                 raise fatal from exc
-            if isinstance(exc, _TRANSIENT):
+            if is_transient(exc):
                 refresh = getattr(args[0], "refresh_slots", None) if args else None
                 if refresh is not None and getattr(args[0], "cluster", False):
                     refresh()

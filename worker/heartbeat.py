@@ -9,6 +9,10 @@ away), and when nothing moved for ``stall_timeout`` seconds the thread stops bea
 deletes the key so peers recover the claims at once (counting an attempt, so a ticket that hangs every
 worker ends as a dead letter), and ends the process with exit code 6 for the supervisor to restart it.
 If the process dies or freezes whole (the GIL held in C code), the beats stop too and the key expires.
+
+The thread cannot die quietly: an unexpected exception is logged (``heartbeat_died``, with the
+traceback) and kept in :attr:`Heartbeat.failure`; the loop checks the thread before every claim and
+stops claiming when it is gone.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class Heartbeat(threading.Thread):
         self.info["started"] = round(time.time(), 3)
         self._last_progress = time.monotonic()
         self._stop_event = threading.Event()
+        self.failure = ""  # why the thread died, when it did (read by the loop)
         self._log = get_logger("worker.heartbeat")
 
     def progress(self) -> None:
@@ -74,6 +79,13 @@ class Heartbeat(threading.Thread):
         )
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:
+            self.failure = f"{type(exc).__name__}: {exc}"[:500]
+            self._log.error("heartbeat_died", error=self.failure, exc_info=True)
+
+    def _run(self) -> None:
         failing = False
         while not self._stop_event.wait(self.every_s):
             if self.stall_timeout_s is not None and self.idle_s() > self.stall_timeout_s:

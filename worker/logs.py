@@ -23,20 +23,37 @@ from typing import Any, TextIO, cast
 import structlog
 
 _SECRET_IN_URL = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]+@", re.I)
+# redis-py also reads the password from the URL's query: redis://host/0?password=secret
+_SECRET_IN_QUERY = re.compile(r"(?P<key>[?&]password=)[^&#\s'\"]*", re.I)
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
 def scrub(text: str) -> str:
-    """``redis://u:pw@h`` -> ``redis://u:***@h`` anywhere inside ``text``."""
-    return _SECRET_IN_URL.sub(r"\g<scheme>\g<user>:***@", text)
+    """``redis://u:pw@h`` -> ``redis://u:***@h`` and ``?password=pw`` -> ``?password=***`` anywhere
+    inside ``text``."""
+    if "@" in text:
+        text = _SECRET_IN_URL.sub(r"\g<scheme>\g<user>:***@", text)
+    if "password=" in text.lower():
+        text = _SECRET_IN_QUERY.sub(r"\g<key>***", text)
+    return text
+
+
+def _scrubbed(value: Any, depth: int = 0) -> Any:
+    """Strings anywhere inside lists, tuples and dicts (a traceback's frames, a settings dict)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if depth > 20:
+        return value
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrubbed(v, depth + 1) for v in value]
+    return value
 
 
 def _scrub_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in event.items():
-        if isinstance(value, str) and "@" in value:
-            event[key] = scrub(value)
-        elif isinstance(value, dict):
-            event[key] = {k: scrub(v) if isinstance(v, str) else v for k, v in value.items()}
+        event[key] = _scrubbed(value)
     return event
 
 
@@ -76,7 +93,11 @@ def configure(
         _static(dict(bind or {})),
     ]
     if console:
-        tail: list[Any] = [_scrub_secrets, structlog.dev.ConsoleRenderer()]
+        tail: list[Any] = [
+            structlog.processors.format_exc_info,  # a traceback as text, so it is scrubbed too
+            _scrub_secrets,
+            structlog.dev.ConsoleRenderer(),
+        ]
     else:
         tail = [
             structlog.processors.dict_tracebacks,

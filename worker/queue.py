@@ -2,17 +2,15 @@
 
 Every state change is one atomic step, so a worker may die between any two of them and lose nothing:
 
-- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (a Lua script, or BLMOVE when the
-  input is empty so an idle worker blocks instead of polling);
-- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, the attempt counters, any routed
-  RQ jobs (through a hook) and the ``P:events`` notice all land together or not at all;
-- recovery moves a dead worker's in-flight list back to the *right* end of ``P:tickets`` (served next)
-  and counts one attempt per payload; a payload that was in flight on ``max_attempts`` dead workers is a
-  poison ticket and is dead-lettered instead. Payloads that were in flight when a worker died are claimed
-  *alone* afterwards, so one poison ticket cannot take its drain-mates down with it a second time.
+- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (claim.lua, or BLMOVE when idle);
+- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, attempt counters, routed RQ jobs
+  and the ``P:events`` notice land together; every record is serialized and checked strict before it;
+- recovery (recover.lua) requeues a dead worker's list to the *right* end of ``P:tickets`` (served
+  next), counting one attempt per payload; one in flight on ``max_attempts`` dead workers is poison and
+  dead-lettered. Such suspects are later claimed *alone*, so they cannot sink drain-mates twice.
 
-Every key is passed to the scripts as ``KEYS`` and built by :class:`~producer.protocol.Keys`, so with a
-hash-tagged prefix such as ``{ticketq}`` this works on Redis Cluster as well.
+Every key reaches the scripts as ``KEYS``, built by :class:`~producer.protocol.Keys`: with a hash-tagged
+prefix such as ``{ticketq}`` this works on Redis Cluster as well.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from producer import scripts
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
     DeadLetter,
@@ -34,12 +33,12 @@ from producer.protocol import (
     Keys,
     Result,
     payload_digest,
-    peek_id,
 )
+from producer.strictjson import Unwritable
 from worker.connection import is_cluster, transient
 from worker.contract import Finished, Rejected
-from worker.errors import TransientError
-from worker.lua import CLAIM, RECOVER, REQUEUE_OWN, TRIM
+from worker.errors import FatalError, TransientError
+from worker.records import digest_of, enqueued_at, poison_letter
 
 __all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue"]
 
@@ -93,10 +92,12 @@ class RedisQueue:
         self.max_dead = max_dead  # 0: every dead letter is kept
         self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
-        self._claim = client.register_script(CLAIM)
-        self._recover = client.register_script(RECOVER)
-        self._requeue = client.register_script(REQUEUE_OWN)
-        self._trim = client.register_script(TRIM)
+        # the scripts live beside this module: worker/claim.lua, recover.lua, requeue_own.lua, trim.lua
+        self._claim = scripts.load(client, "worker", "claim.lua")
+        self._recover = scripts.load(client, "worker", "recover.lua")
+        self._requeue = scripts.load(client, "worker", "requeue_own.lua")
+        self._trim = scripts.load(client, "worker", "trim.lua")
+        self.recovery_errors: dict[str, str] = {}  # worker id -> why its recovery failed (for the log)
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
         self.stale = 0  # payloads the last claim found already in this worker's list and handed back
         self._holds_nothing = False
@@ -209,27 +210,33 @@ class RedisQueue:
 
     def _plan(
         self, pipe: Pipeline, finished: Sequence[Finished], rejected: Sequence[Rejected]
-    ) -> tuple[AckReport, dict[str, Result], list[Rejected]]:
+    ) -> tuple[AckReport, dict[str, tuple[Result, str]], list[Rejected]]:
         ids = list(dict.fromkeys(f.result.id for f in finished))
         digests: dict[str, str] = {}
         for tid, old in zip(ids, pipe.hmget(self.keys.results, ids) if ids else [], strict=True):
             if old is not None:
-                digests[tid] = _digest_of(_raw(old))
+                digests[tid] = digest_of(_raw(old))
         report = AckReport()
-        writes: dict[str, Result] = {}
+        writes: dict[str, tuple[Result, str]] = {}  # id -> the result and its JSON, checked strict
         rejects = list(rejected)
         for item in finished:
             tid, digest = item.result.id, item.result.digest
+            try:  # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
+                encoded = item.result.to_json()
+            except Unwritable as exc:
+                letter = DeadLetter(f"unwritable result: {exc}", item.raw, worker=self.worker_id, id=tid)
+                rejects.append(Rejected(item.raw, letter))
+                continue
             if tid not in digests:
                 digests[tid] = digest
                 report.fresh.append(item)
                 report.written.append(tid)
-                writes[tid] = item.result
+                writes[tid] = (item.result, encoded)
             elif digests[tid] == digest:
                 report.redelivered.append(tid)
                 if tid not in writes:
                     report.written.append(tid)
-                    writes[tid] = item.result
+                    writes[tid] = (item.result, encoded)
             else:
                 letter = DeadLetter("duplicate id", item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
@@ -243,20 +250,20 @@ class RedisQueue:
         self,
         pipe: Pipeline,
         report: AckReport,
-        writes: dict[str, Result],
+        writes: dict[str, tuple[Result, str]],
         rejects: Sequence[Rejected],
         released: Sequence[Finished | Rejected],
         hook: AckHook | None,
     ) -> str:
         """Queue the ack's writes on ``pipe``; returns the event (published inside, unless on a cluster)."""
         if writes:
-            pipe.hset(self.keys.results, mapping={tid: r.to_json() for tid, r in writes.items()})
+            pipe.hset(self.keys.results, mapping={tid: encoded for tid, (_, encoded) in writes.items()})
             # finish times, so results can be deleted oldest first (see trim)
-            pipe.zadd(self.keys.done, {tid: r.at for tid, r in writes.items()})
+            pipe.zadd(self.keys.done, {tid: r.at for tid, (r, _) in writes.items()})
         if writes and self.keep_text_s > 0:
             # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
             for item in released:
-                if isinstance(item, Finished) and writes.get(item.result.id) is item.result:
+                if isinstance(item, Finished) and writes.get(item.result.id, (None,))[0] is item.result:
                     pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
@@ -293,7 +300,13 @@ class RedisQueue:
             if wid == self.worker_id and not include_self:
                 continue
             if not self.redis.exists(self.keys.heartbeat(wid)):
-                done = self.recover_worker(wid)
+                try:
+                    done = self.recover_worker(wid)
+                except (TransientError, FatalError):
+                    raise
+                except Exception as exc:  # one worker's list must not stop every other's recovery
+                    self.recovery_errors[wid] = f"{type(exc).__name__}: {exc}"[:500]
+                    continue
                 if done is not None:
                     out.append(done)
         return out
@@ -310,8 +323,7 @@ class RedisQueue:
             seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0"]
             for p, d, s in zip(held, digests, seen, strict=True):
-                letter = DeadLetter(f"poison: killed {s + 1} workers", p, worker=wid, id=peek_id(p))
-                args += [p, d, str(s), letter.to_json()]
+                args += [p, d, str(s), poison_letter(p, wid, s + 1)]
             status, requeued, dead = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return None
@@ -346,6 +358,11 @@ class RedisQueue:
         keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
         return int(self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0"]))
 
+    def load_scripts(self) -> None:
+        """SCRIPT LOAD every script now (a start-up check of +evalsha and +script|load)."""
+        for script in (self._claim, self._recover, self._requeue, self._trim):
+            script.sha = self.redis.script_load(script.script)
+
     # -- reading -------------------------------------------------------------------------------------
 
     @transient
@@ -366,17 +383,6 @@ class RedisQueue:
         return int(depth), enqueued_at(head)
 
 
-def enqueued_at(raw: bytes | None) -> float | None:
-    """A payload's ``enqueued_at`` when it has a numeric one; never raises (the payload may be junk)."""
-    if not raw or len(raw) > MAX_PAYLOAD_BYTES:
-        return None
-    try:
-        value = json.loads(raw).get("enqueued_at")
-    except (ValueError, AttributeError, RecursionError):
-        return None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def _raw(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
@@ -384,11 +390,3 @@ def _raw(value: bytes | str) -> bytes:
 def _any(value: bytes) -> Any:
     """redis-py types list values as ``str``; raw payloads are bytes and must stay bytes."""
     return value
-
-
-def _digest_of(result_json: bytes) -> str:
-    """The digest of an existing result; an unreadable one matches nothing, so the first result stands."""
-    try:
-        return str(json.loads(result_json).get("digest", ""))
-    except (ValueError, AttributeError):
-        return ""

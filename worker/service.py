@@ -12,8 +12,16 @@ With ``--burst`` the worker gives up after ``burst_wait_s`` of outage (exit 5): 
 
 Errors no wait can fix (a wrong password, missing ACL permissions, a ticketq key of the wrong type)
 end the worker at once with one ``fatal`` event and the error's exit code; what it holds is handed
-back first when Redis still takes that command. Progress (each claim, pass and retry) feeds the
-watchdog in :mod:`worker.heartbeat`.
+back first when Redis still takes that command. An exception nobody classified (a bug) ends it with one
+``fatal`` event carrying the traceback and exit code 7; what it holds is *not* handed back but left for
+recovery, which counts an attempt, so a payload that trips the bug on every worker ends as a poison
+letter instead of crash-looping the fleet. If the heartbeat thread dies, the worker stops claiming and
+ends the same way: peers would otherwise take its claims while it still works on them. Progress (each
+claim, pass and retry) feeds the watchdog in :mod:`worker.heartbeat`.
+
+Signal handlers only set flags (logging there could deadlock on the logger's lock); the loop logs
+``stopping`` when it acts on one. A Redis outage is logged once per spell (``redis_unavailable``, then
+``redis_restored`` with the attempts and seconds it lasted); each retry is a debug line.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from worker.metrics import Metrics
 from worker.queue import AckHook, AckReport, RedisQueue
 from worker.settings import Settings
 from worker.stage import Outcome, process
+from worker.startcheck import publish_labels
 
 T = TypeVar("T")
 
@@ -83,6 +92,7 @@ class Service:
         self.heads = heads  # follows the published head (P:head) between drains
         self.stopping = threading.Event()
         self._signals = 0
+        self._signal_name = ""  # set by the handler, logged by the loop (never from inside the handler)
         self._next_gauges = 0.0
         self._head_seen: object = object()  # nothing seen yet: the first drain (or start) reports
         self._log = get_logger("worker.service")
@@ -95,11 +105,18 @@ class Service:
         signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum: int, _: FrameType | None) -> None:
+        """Flags only: no logging, no I/O (a handler runs between any two bytecodes of the main thread,
+        possibly while it holds the logger's lock). A second signal raises, to abandon the drain."""
         self._signals += 1
         if self._signals > 1:
             raise HardStop(signum)
-        self._log.info("stopping", signal=signal.Signals(signum).name)
+        self._signal_name = signal.Signals(signum).name
         self.stopping.set()
+
+    def _log_stopping(self, **fields: Any) -> None:
+        if self._signal_name:
+            self._log.info("stopping", signal=self._signal_name, **fields)
+            self._signal_name = ""
 
     def stop(self) -> None:
         self.stopping.set()
@@ -117,7 +134,9 @@ class Service:
             if self.heartbeat is not None:
                 self.heartbeat.start()
             self._loop()
+            self._log_stopping()
         except _Abandoned:
+            self._log_stopping()
             self._log.warning(
                 "exit_during_outage", note="in-flight payloads stay in Redis; recovery requeues them"
             )
@@ -134,8 +153,20 @@ class Service:
             self._leave()
             return exc.exit_code
         except HardStop as stop:
+            self._log_stopping(hard=True)
             self._requeue_after_hard_stop()
             return Exit.SIGNAL + stop.signum
+        except Exception as exc:  # a bug: one event with the traceback, and an exit code of its own
+            self._log.error(
+                "fatal",
+                cause="internal",
+                error=f"{type(exc).__name__}: {exc}"[:1000],
+                exit_code=Exit.INTERNAL,
+                note="claims are left for recovery, which counts an attempt against each",
+                exc_info=True,
+            )
+            self._abandon_claims()
+            return Exit.INTERNAL
         finally:
             if self.heartbeat is not None and self.heartbeat.is_alive():
                 self.heartbeat.stop()
@@ -157,6 +188,9 @@ class Service:
             )
         if self.heartbeat is not None:
             self.heartbeat.beat()
+        labels = self.classifier.describe().get("labels")
+        if isinstance(labels, list | tuple) and all(isinstance(x, str) for x in labels):
+            publish_labels(self.queue, list(labels))
         self._recover()
 
     def _loop(self) -> None:
@@ -166,6 +200,7 @@ class Service:
         block_s = min(_BLOCK_S, 0.1) if s.burst else _BLOCK_S
         while not self.stopping.is_set():
             self._progress()
+            self._check_heartbeat()
             if time.monotonic() >= next_recovery:
                 self._retry(self._recover)
                 self._retry(self.queue.trim)
@@ -191,6 +226,17 @@ class Service:
             if self.stopping.is_set():
                 return  # claimed but not started: _leave() requeues it
             self._drain(claimed)
+
+    def _check_heartbeat(self) -> None:
+        """Claim only while the heartbeat thread runs: without it, peers take this worker for dead and
+        recover its claims while it still works on them (every ticket labelled twice, attempts burnt)."""
+        hb = self.heartbeat
+        if hb is None or hb.ident is None or hb.is_alive():
+            return
+        self._log.error("heartbeat_dead", error=hb.failure or "the thread ended", note="no more claims")
+        raise FatalError(
+            f"heartbeat thread died: {hb.failure or 'ended'}", cause="heartbeat", exit_code=Exit.INTERNAL
+        )
 
     def _drain(self, claimed: list[bytes]) -> None:
         began = time.perf_counter()
@@ -267,12 +313,25 @@ class Service:
 
     def _recover(self) -> int:
         moved = 0
-        for rec in self.queue.recover():
+        recovered = self.queue.recover()
+        for wid, error in self.queue.recovery_errors.items():
+            self._log.error("recovery_failed", worker=wid, error=error, note="other workers still recovered")
+        self.queue.recovery_errors.clear()
+        for rec in recovered:
             self._log.info(
                 "requeued", worker=rec.worker, count=rec.requeued, dead=rec.dead, why="heartbeat expired"
             )
             moved += rec.requeued + rec.dead
         return moved
+
+    def _abandon_claims(self) -> None:
+        """After a bug: stop beating, drop the heartbeat: a peer recovers (and counts) the claims now."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+        try:
+            self.queue.drop_heartbeat()
+        except Exception as exc:  # Redis may be the trouble: the heartbeat then expires on its own
+            self._log.warning("drop_heartbeat_failed", error=f"{type(exc).__name__}: {exc}"[:500])
 
     def _leave(self) -> None:
         try:
@@ -307,14 +366,15 @@ class Service:
                     raise _GaveUp from exc
                 failures += 1
                 delay = next(delays)
-                self._log.warning(
-                    "redis_unavailable", error=str(exc), attempt=failures, retry_in_s=round(delay, 3)
-                )
+                # Once per spell at warning (a long outage must not flood the log); each retry at debug.
+                log = self._log.warning if failures == 1 else self._log.debug
+                log("redis_unavailable", error=str(exc), attempt=failures, retry_in_s=round(delay, 3))
                 if self.stopping.wait(delay):
                     raise _Abandoned from exc
                 continue
             if failures:
-                self._log.info("redis_restored", after_attempts=failures)
+                waited = round(time.monotonic() - first_failure, 3)
+                self._log.info("redis_restored", after_attempts=failures, waited_s=waited)
             return out
 
     # -- logging ---------------------------------------------------------------------------------------

@@ -115,6 +115,9 @@ class Settings(RedisOptions):
         help="keep each ticket's text this long (seconds) so corrections can be trained on; `0`: none",
         check=between(0, 366 * 86400, "(a year)"),
     )
+    strict: bool = setting(
+        False, help="refuse to start (exit 2) unless Redis's `maxmemory-policy` is `noeviction`"
+    )
 
     def __post_init__(self) -> None:
         found = config.problems(self) + self._cross_problems()

@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING
 
 from producer.exitcodes import Exit
 from producer.protocol import Keys, cluster_prefix
+from worker.connection import SOCKET_TIMEOUT_S
 from worker.contract import Classifier
 from worker.settings import Settings
 
 if TYPE_CHECKING:
     from worker.metrics import Metrics
     from worker.service import Service
-
-SOCKET_TIMEOUT_S = 15.0  # above the longest BLMOVE block (1 s), below "looks hung"
 
 
 @dataclass(frozen=True)
@@ -112,6 +111,11 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
             log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
             return Exit.CONFIG
         log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
+    from worker.startcheck import check_redis
+
+    checked = check_redis(settings, log)
+    if checked is not None:
+        return checked
     try:
         loaded = load(settings)
     except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback

@@ -38,3 +38,154 @@ def test_a_small_chaos_run_loses_nothing(redis_server_binary: None) -> None:
     assert c.redis_restarts == 1 and c.redis_full == 1, report
     assert c.connections_killed >= 1 and c.workers_started == 3 + 5, report
     assert summary.canaries_served and not summary.unexpected_exits, report
+
+
+# -- issue 19: a whole-path property test -------------------------------------------------------------------
+# Hypothesis makes the payloads; the real service (fake classifier) on the real Redis takes them, while
+# workers are SIGKILLed and replaced among them. TICKETQ_PROPERTY_PAYLOADS=200000 runs a longer one.
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import redis  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from support import wait_for  # noqa: E402
+
+from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Keys, Result  # noqa: E402
+from tools.chaos.fleet import Fleet  # noqa: E402
+
+PAYLOADS = int(os.environ.get("TICKETQ_PROPERTY_PAYLOADS", "10000"))
+PER_EXAMPLE = 100
+_ANY_CHAR = st.characters(min_codepoint=0, max_codepoint=0x10FFFF, categories=None)  # surrogates too
+_scalar = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(_ANY_CHAR, max_size=12)
+)  # floats: NaN and Infinity, which json.dumps writes as bare words
+_value = st.recursive(
+    _scalar,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(_ANY_CHAR, max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_ticketish = st.fixed_dictionaries(
+    {"id": st.text(_ANY_CHAR, min_size=1, max_size=8), "text": st.text(_ANY_CHAR, min_size=1, max_size=40)},
+    optional={"x": _value, "v": st.sampled_from([1, 2, "1"])},
+)
+
+
+def _json(obj: object, ascii_only: bool) -> bytes:
+    return json.dumps(obj, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+
+
+_hostile = st.one_of(
+    st.binary(max_size=120),
+    st.builds(_json, _value, st.booleans()),
+    st.builds(_json, _ticketish, st.booleans()),  # ensure_ascii: lone surrogates as \\ud800 escapes
+    st.integers(30, 5000).map(lambda d: b'{"id": "deep", "text": "x", "d": ' + b"[" * d + b"]" * d + b"}"),
+    st.integers(20, 6000).map(lambda n: b'{"id": "big", "text": "x", "n": ' + b"7" * n + b"}"),
+    st.sampled_from([b"NaN", b"-Infinity", b"1e999", b"1E400", b"-0", b"9" * 30]).map(
+        lambda v: b'{"id": "num", "text": "x", "n": ' + v + b"}"
+    ),
+    st.builds(
+        lambda k: b'{"id": "dup", "%s": 1, "%s": 2, "text": "x"}' % (k, k), st.sampled_from([b"a", b"id"])
+    ),
+    st.builds(lambda b: b"\xef\xbb\xbf" + b, st.builds(_json, _ticketish, st.booleans())),
+    st.sampled_from(["\u202e", "\u0085", "\u2028", "\u200f", "\x9b"]).map(
+        lambda c: _json({"id": f"bidi{c}", "text": "x"}, False)
+    ),
+)
+
+
+def _spaces(n: int) -> bytes:
+    out = b""
+    while True:
+        n, digit = divmod(n, 3)
+        out += b" \t\n"[digit : digit + 1]
+        if not n:
+            return out + b"\r"
+
+
+@pytest.mark.timeout(300)
+def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
+    redis_url: str, prefix: str, fleets: Callable[..., Fleet]
+) -> None:
+    keys = Keys(prefix)
+    r = redis.Redis.from_url(redis_url)
+    fleet = fleets(redis_url, "--drain", "64", "--batch-size", "16", "--heartbeat-s", "1", prefix=prefix)
+    for _ in range(2):
+        fleet.spawn()
+    pushed: dict[str, bytes] = {}  # digest -> payload
+    good: set[str] = set()  # ids of valid tickets, which must all be labelled
+    serial = 0
+    began = time.monotonic()
+
+    @settings(
+        max_examples=max(1, PAYLOADS // PER_EXAMPLE),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.lists(st.tuples(st.booleans(), _hostile), min_size=PER_EXAMPLE, max_size=PER_EXAMPLE))
+    def feed(batch: list[tuple[bool, bytes]]) -> None:
+        nonlocal serial
+        out = []
+        for valid, raw in batch:
+            serial += 1
+            if valid:  # good tickets mixed in
+                raw = _json({"id": f"ok-{serial}", "text": f"billing: refund #{serial}"}, False)
+                good.add(f"ok-{serial}")
+            digest = hashlib.sha1(raw).hexdigest()
+            if digest in pushed:  # drawn before: made distinct with trailing JSON white space
+                raw += _spaces(serial)
+                digest = hashlib.sha1(raw).hexdigest()
+            if digest not in pushed and len(raw) <= MAX_PAYLOAD_BYTES:
+                pushed[digest] = raw
+                out.append(raw)
+        if out:
+            r.lpush(keys.tickets, *out)
+        if serial % 2000 < PER_EXAMPLE:  # now and then a worker dies mid-drain and a new one takes over
+            victim = fleet.serving()[0]
+            fleet.signal(victim, signal.SIGKILL)
+            victim.kill()
+            fleet.spawn()
+
+    feed()
+    wait_for(
+        lambda: (
+            r.llen(keys.tickets) == 0 and not any(r.llen(k) for k in r.scan_iter(match=keys.inflight("*")))
+        ),
+        120,
+        "every payload handled",
+    )
+    took = time.monotonic() - began
+    assert not fleet.reap(), [w.tail() for w in fleet.workers if w.unexpected_exit]
+    assert all(w.alive for w in fleet.serving())  # no worker exits that was not killed
+    fleet.stop_all()
+    assert not [w.id for w in fleet.workers if w.unexpected_exit]
+
+    def strict(raw: bytes) -> dict[str, object]:
+        obj = json.loads(raw.decode("utf-8"), parse_constant=lambda c: pytest.fail(f"{c} stored"))
+        assert isinstance(obj, dict)
+        return obj
+
+    ends: dict[str, list[str]] = {d: [] for d in pushed}
+    results = {k.decode(): strict(v) for k, v in r.hgetall(keys.results).items()}
+    for tid, result in results.items():
+        ends[str(result["digest"])].append(f"result {tid}")
+    for raw in r.lrange(keys.dead, 0, -1):
+        letter = strict(raw)
+        assert letter["reason"], letter
+        ends[hashlib.sha1(DeadLetter.from_json(raw).payload).hexdigest()].append(str(letter["reason"]))
+    wrong = {pushed[d][:80]: e for d, e in ends.items() if len(e) != 1}
+    assert not wrong, wrong  # each payload exactly once: a result or a dead letter with its reason
+    assert good <= set(results)  # every valid ticket labelled
+    assert all(Result.from_json(json.dumps(results[i])).label == "billing" for i in good)
+    rate = len(pushed) / took
+    print(f"\nproperty test: {len(pushed)} payloads in {took:.1f} s ({rate:.0f} payloads/s)")
+    assert len(pushed) >= PAYLOADS * 0.9  # duplicates drawn twice are pushed once
+    r.close()

@@ -4,6 +4,8 @@ docs/threat-model.md gives, applied as written. No secret may reach a log.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import subprocess
@@ -133,3 +135,87 @@ def test_the_acls_in_the_threat_model_work_as_written(
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0
+
+
+# -- issue 19: checked before the model loads; secrets masked wherever they hide ---------------------------
+
+
+def _serve_without_loading(url: str, *flags: str) -> tuple[int, list[dict[str, object]]]:
+    """``wiring.serve`` in process with a loader that must not be reached; (exit status, JSON events)."""
+    import contextlib
+    import io
+
+    from worker import settings as settings_mod
+    from worker.wiring import Loaded, serve
+
+    parser = argparse.ArgumentParser()
+    settings_mod.add_arguments(parser)
+    args = parser.parse_args(["--redis-url", url, "--prefix", KEYS.prefix, "--log-format", "json", *flags])
+    settings = settings_mod.from_args(args, environ={})
+
+    def load(_: object) -> Loaded:
+        raise LookupError("the model was loaded")
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = serve(settings, load=load)
+    return code, [json.loads(line) for line in err.getvalue().splitlines() if line.startswith("{")]
+
+
+def test_credentials_permissions_and_key_types_fail_before_the_model_loads(
+    servers: Callable[..., RedisServer],
+) -> None:
+    secret = "pw-" + os.urandom(8).hex()
+    server = servers(password=secret)
+    server.start()
+    admin = server.client()
+    code, logged = _serve_without_loading(server.url.replace(secret, "wrong"))
+    assert code == 3 and logged[-1]["event"] == "fatal" and logged[-1]["when"] == "before loading"
+    admin.execute_command("ACL", "SETUSER", "nollen", "on", ">pw", "~*", "+@all", "-llen")
+    code, logged = _serve_without_loading(f"redis://nollen:pw@127.0.0.1:{server.port}/0")
+    assert code == 3 and "NoPermissionError" in str(logged[-1]["error"])
+    admin.set(KEYS.results, "not a hash")
+    code, logged = _serve_without_loading(server.url)
+    assert code == 4 and logged[-1]["cause"] == "wrongtype"
+    admin.delete(KEYS.results)
+    code, logged = _serve_without_loading(server.url)  # all good: it goes on to load the model
+    assert code == 1 and logged[-1]["event"] == "engine_load_failed"
+    assert not any(secret in json.dumps(e) for e in logged)
+
+
+def test_an_evicting_redis_is_a_warning_or_under_strict_a_refusal(
+    servers: Callable[..., RedisServer],
+) -> None:
+    server = servers()
+    server.start()
+    admin = server.client()
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    code, logged = _serve_without_loading(server.url)
+    (warned,) = [e for e in logged if e["event"] == "memory_policy"]
+    assert code == 1 and warned["level"] == "warning" and warned["policy"] == "allkeys-lru"
+    assert "noeviction" in str(warned["fix"])
+    code, logged = _serve_without_loading(server.url, "--strict")
+    assert code == 2 and logged[-1]["event"] == "memory_policy" and logged[-1]["level"] == "error"
+    admin.config_set("maxmemory-policy", "noeviction")
+    code, logged = _serve_without_loading(server.url, "--strict")
+    assert code == 1 and not any(e["event"].startswith("memory_policy") for e in logged)
+    admin.execute_command("ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
+    code, logged = _serve_without_loading(f"redis://noconfig:pw@127.0.0.1:{server.port}/0", "--strict")
+    assert code == 1 and [e for e in logged if e["event"] == "memory_policy_unchecked"]
+
+
+def test_a_password_given_as_a_url_query_is_masked_in_every_log_line(
+    servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
+) -> None:
+    secret = "pw-" + os.urandom(8).hex()
+    server = servers(password=secret)
+    server.start()
+    r = server.client()
+    r.lpush(KEYS.tickets, *tickets(5))
+    url = f"redis://127.0.0.1:{server.port}/0?password={secret}"
+    worker = fleets(url, name_clients=False).spawn("--burst")
+    assert worker.proc.wait(30) == 0 and r.hlen(KEYS.results) == 5
+    text = worker.log.read_text()
+    assert secret not in text and "password=***" in text
+    code, logged = _serve_without_loading(url.replace(secret, "wrong-" + secret))
+    assert code == 3 and secret not in json.dumps(logged)

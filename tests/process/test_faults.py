@@ -72,7 +72,7 @@ BAD_INPUTS: list[tuple[bytes, str]] = [
     (b'{"id": "s1", "text": "half \\ud800 pair"}', "lone surrogate U+D800 in text"),
     (
         b'{"id": "n1", "text": "x", "deep": ' + b"[" * 30_000 + b"]" * 30_000 + b"}",
-        "not JSON: nested too deeply",
+        "nested too deeply: more than 32 levels",
     ),
 ]
 
@@ -157,12 +157,13 @@ def test_a_worker_started_before_redis_backs_off_quietly_then_serves(
     servers: Callable[..., RedisServer], fleets: Callable[..., Fleet]
 ) -> None:
     server = servers()  # its port is chosen, nothing listens on it yet
-    worker = fleets(server.url).spawn()
+    worker = fleets(server.url).spawn("--log-level", "debug")  # each retry is a debug line
     time.sleep(1.0)
     cpu_before = cpu_s(worker.proc.pid)
     time.sleep(2.0)
     cpu_outage = cpu_s(worker.proc.pid) - cpu_before
     waits = events(worker, "redis_unavailable")
+    assert [e["level"] for e in waits].count("warning") == 1  # logged once per spell, retries at debug
     assert 3 <= len(waits) <= 25, waits  # a bounded schedule, not a retry per millisecond
     assert [e["attempt"] for e in waits] == list(range(1, len(waits) + 1))
     assert all(0 < e["retry_in_s"] <= 5.0 for e in waits)  # capped back-off
@@ -172,7 +173,8 @@ def test_a_worker_started_before_redis_backs_off_quietly_then_serves(
     r = server.client()
     r.lpush(KEYS.tickets, *tickets(50))
     wait_for(lambda: r.hlen(KEYS.results) == 50, 15, "results once Redis is up")
-    assert len(events(worker, "redis_restored")) == 1
+    (restored,) = events(worker, "redis_restored")
+    assert restored["after_attempts"] >= len(waits) and restored["waited_s"] >= 2.0  # the 3 s outage
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     all_accounted(r, 50, 0)
@@ -246,3 +248,34 @@ def test_a_full_redis_makes_the_worker_wait_not_crash(
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     all_accounted(r, 100, 0)
+
+
+# -- issue 19: one payload must never stop the fleet --------------------------------------------------------
+
+ISSUE_19 = r'{"id":"\ud800","text":"hello"}'  # valid JSON text; the escape is a lone UTF-16 surrogate
+
+
+def test_regression_issue_19_a_lone_surrogate_id_pushed_with_redis_cli_cannot_stop_the_fleet(
+    redis_url: str, prefix: str, fleets: Callable[..., Fleet]
+) -> None:
+    """The one-line outage: a worker died in the ack with UnicodeEncodeError, leaving the good tickets of
+    the same drain in flight, and every worker that recovered them died the same way, at start-up too."""
+    from producer.protocol import Keys
+
+    keys = Keys(prefix)
+    r = redis.Redis.from_url(redis_url)
+    fleet = fleets(redis_url, "--drain", "8", "--batch-size", "8", "--heartbeat-s", "1", prefix=prefix)
+    good = tickets(5)
+    cli(redis_url, "LPUSH", keys.tickets, good[0], good[1], ISSUE_19, good[2], good[3], good[4])  # one drain
+    # Also left behind in a dead worker's in-flight list, as the failed ack left it: recovery must cope.
+    r.sadd(keys.workers, "gone")
+    cli(redis_url, "LPUSH", keys.inflight("gone"), ISSUE_19.replace("hello", "hello again"), *tickets(2, 10))
+    worker = fleet.spawn("--burst")
+    assert worker.proc.wait(30) == 0, worker.tail()
+    assert r.hlen(keys.results) == 7
+    letters = [json.loads(d) for d in r.lrange(keys.dead, 0, -1)]
+    assert sorted(d["reason"] for d in letters) == ["lone surrogate U+D800 in id"] * 2
+    for raw in [*r.hvals(keys.results), *r.lrange(keys.dead, 0, -1)]:
+        json.loads(raw.decode("utf-8"))  # strict UTF-8, valid JSON
+    assert r.llen(keys.tickets) == 0 and not r.exists(keys.inflight("gone"), keys.inflight(worker.id))
+    r.close()

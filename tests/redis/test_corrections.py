@@ -275,3 +275,16 @@ def test_producer_cli_label_corrections_heads(
     assert json.loads(out)["version"] == "1"
     code, _, err = run_producer_cli(redis_url, keys, "publish-head", str(tmp_path / "missing"))
     assert code == 2 and err.startswith("ticketq-producer: ") and err.count("\n") == 1
+
+
+def test_a_trimmed_result_no_longer_lets_any_label_through(r: redis.Redis, keys: Keys) -> None:
+    """Issue 19: the task's labels live in P:labelset (every worker writes it at start), so the label is
+    checked even after the result was trimmed."""
+    from worker.queue import RedisQueue
+    from worker.startcheck import publish_labels
+
+    publish_labels(RedisQueue(r, keys, "w1"), ["billing", "account"])
+    r.set(keys.text("T-4"), "kept text, result trimmed")
+    with pytest.raises(LabelError, match=r"unknown label whatever \(labels: account, billing\)"):
+        Client(r, keys.prefix).label("T-4", "whatever")
+    assert Client(r, keys.prefix).label("T-4", "account").label == "account"

@@ -155,3 +155,37 @@ def test_the_producer_cli_replays_dead_letters_and_names_its_failures(
     r.set(keys.dead, "not a list")
     assert cli.main([*base, "dead"]) == 4
     assert "WRONGTYPE" in capsys.readouterr().err
+
+
+def test_requeue_dead_skips_poison_unless_asked_and_keeps_its_attempts(r: redis.Redis, keys: Keys) -> None:
+    from producer.protocol import payload_digest
+
+    c = Client(r, keys.prefix)
+    poison = DeadLetter("poison: killed 3 workers", payload(7), id="t7", attempts=3)
+    r.lpush(keys.dead, poison.to_json(), DeadLetter("engine error: x", payload(8), id="t8").to_json())
+    assert c.requeue_dead() == ["t8"]
+    assert r.llen(keys.dead) == 1  # the poison letter stays
+    assert c.requeue_dead(poison=True) == ["t7"]
+    assert r.hget(keys.attempts, payload_digest(payload(7))) == b"3"  # travels alone, dies once more at most
+
+
+def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(r: redis.Redis, keys: Keys) -> None:
+    from producer import dead
+
+    n = dead.REQUEUE_LOOK * 3 + 7
+    letters = [
+        DeadLetter("poison: killed 3 workers" if i % 4 == 0 else "engine error: x", payload(i), id=f"t{i}")
+        for i in range(n)
+    ]
+    r.lpush(keys.dead, *[d.to_json() for d in letters])  # t0 oldest
+    calls = []
+    c = Client(r, keys.prefix)
+    real = c._requeue_dead
+    c._requeue_dead = lambda **kw: calls.append(kw) or real(**kw)  # type: ignore[method-assign]
+    moved = c.requeue_dead()
+    assert moved == [f"t{i}" for i in range(n) if i % 4]
+    assert len(calls) >= 4  # bounded steps, not one call
+    assert [DeadLetter.from_json(d).id for d in r.lrange(keys.dead, 0, -1)] == [
+        f"t{i}" for i in reversed(range(n)) if i % 4 == 0
+    ]
+    assert c.requeue_dead(limit=5, reason="poison") == ["t0", "t4", "t8", "t12", "t16"]

@@ -158,3 +158,109 @@ def test_a_stop_during_an_outage_exits_in_bounded_time_and_keeps_the_claims(
     worker.join(5)
     assert not worker.is_alive() and time.monotonic() - began < 3
     assert r.llen(keys.inflight("w1")) == 10 and r.hlen(keys.results) == 0  # in Redis, for recovery
+
+
+# -- issue 19: odd Redis replies, bugs and a dying heartbeat ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        "LOADING Redis is loading the dataset in memory",
+        "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+        "NOREPLICAS Not enough good replicas to write.",
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "CLUSTERDOWN The cluster is down",
+        "Command # 2 (LPUSH x y) of pipeline caused error: BUSY Redis is busy running a script.",
+    ],
+)
+def test_replies_that_mean_not_now_are_outages(reply: str) -> None:
+    from redis.connection import _RESP2Parser
+
+    from worker.connection import transient
+    from worker.errors import TransientError
+
+    exc = _RESP2Parser.parse_error(reply)  # the class redis-py would raise for that reply
+
+    @transient
+    def step() -> None:
+        raise exc
+
+    with pytest.raises(TransientError):
+        step()
+
+
+def test_a_busy_redis_is_waited_out_and_logged_once(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+) -> None:
+    r.lpush(keys.tickets, *tickets(6))
+    service = make_service(redis_url, keys, fake_classifier)
+    real, calls = service.queue.claim, 0
+
+    def busy_three_times(*args: object, **kwargs: object) -> list[bytes]:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            from worker.errors import TransientError
+
+            raise TransientError("ResponseError: BUSY Redis is busy running a script.")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    service.queue.claim = busy_three_times  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        assert service.run() == 0
+    spells = [e for e in logs if e["event"] == "redis_unavailable"]
+    assert [e["log_level"] for e in spells] == ["warning", "debug", "debug"]
+    (restored,) = [e for e in logs if e["event"] == "redis_restored"]
+    assert restored["after_attempts"] == 3 and r.hlen(keys.results) == 6
+
+
+def test_a_bug_ends_the_worker_with_one_fatal_event_and_its_claims_left_for_recovery(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+) -> None:
+    from producer.exitcodes import Exit
+
+    r.lpush(keys.tickets, *tickets(4))
+    service = make_service(redis_url, keys, fake_classifier, heartbeat=True)
+
+    def broken_ack(*args: object, **kwargs: object) -> None:
+        raise KeyError("a bug nobody classified")
+
+    service.queue.ack = broken_ack  # type: ignore[assignment,method-assign]
+    with capture_logs() as logs:
+        assert service.run() == Exit.INTERNAL
+    (fatal,) = [e for e in logs if e["event"] == "fatal"]
+    assert fatal["cause"] == "internal" and fatal["exit_code"] == Exit.INTERNAL and fatal["exc_info"]
+    assert "KeyError" in fatal["error"]
+    assert r.llen(keys.inflight("w1")) == 4 and not r.exists(keys.heartbeat("w1"))  # recovery takes them now
+    peer = RedisQueue(r, keys, "peer")
+    (rec,) = peer.recover()
+    assert rec.requeued == 4 and r.hlen(keys.attempts) == 4  # each counted: a repeat offender goes poison
+
+
+def test_a_dead_heartbeat_thread_stops_the_claims(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: object
+) -> None:
+    from producer.exitcodes import Exit
+
+    service = make_service(redis_url, keys, fake_classifier, burst=False, heartbeat=True)
+    assert service.heartbeat is not None
+
+    def broken_beat() -> None:
+        raise ValueError("heartbeat bug")
+
+    with capture_logs() as logs:
+        runner = threading.Thread(target=lambda: setattr(service, "code", service.run()))
+        runner.start()
+        wait_for(lambda: r.exists(keys.heartbeat("w1")), 5, "the first beat")
+        service.heartbeat.beat = broken_beat  # type: ignore[method-assign]
+        runner.join(10)
+    assert not runner.is_alive() and service.code == Exit.INTERNAL  # type: ignore[attr-defined]
+    died = [e for e in logs if e["event"] == "heartbeat_died"]
+    assert died and "heartbeat bug" in died[0]["error"]
+    assert [e["cause"] for e in logs if e["event"] == "fatal"] == ["heartbeat"]
+    r.lpush(keys.tickets, *tickets(2))
+    time.sleep(0.3)
+    assert r.llen(keys.tickets) == 2  # nothing claimed once the heartbeat was gone

@@ -39,3 +39,21 @@ def test_rows_that_do_not_fit_name_their_line() -> None:
         parse('{"id": "a", "text": "b"}\n[1]\n')
     with pytest.raises(FileError, match="line 2: empty field"):
         read_tickets(io.StringIO('{"id": "a", "text": "ok"}\n{"id": "b", "text": ""}\n'))
+
+
+def test_jsonl_splits_on_newline_only_so_a_line_separator_inside_a_text_is_kept() -> None:
+    text = '{"id": "a", "text": "one\u2028two\u0085three"}\r\n{"id": "b", "text": "x"}\n'
+    rows = parse(text, "jsonl")
+    assert [(n, r["id"]) for n, r in rows] == [(1, "a"), (2, "b")]
+    assert rows[0][1]["text"] == "one\u2028two\u0085three"
+
+
+def test_over_deep_json_and_oversized_csv_fields_are_file_errors_with_their_line() -> None:
+    deep = '{"id": "a", "text": "x"}\n{"id": "b", "text": "x", "d": ' + "[" * 50_000 + "]" * 50_000 + "}\n"
+    with pytest.raises(FileError, match="line 2: nested too deeply"):
+        parse(deep, "jsonl")
+    huge = "id,text\na,ok\nb," + "x" * 200_000 + "\n"
+    with pytest.raises(FileError, match="line 3: field larger than field limit"):
+        parse(huge, "csv")
+    with pytest.raises(FileError, match="line 1: field larger"):
+        parse("id," + "y" * 200_000 + "\n", "csv")

@@ -22,6 +22,7 @@ from producer.protocol import (
     payload_digest,
     peek_id,
 )
+from producer.strictjson import MAX_DEPTH, Unwritable
 
 
 def test_good_ticket_keeps_extra_fields_and_strips_text() -> None:
@@ -39,7 +40,7 @@ def test_ticket_to_json_round_trips() -> None:
     [
         (b"\xff\xfe", "not UTF-8"),
         (b"not json", "not JSON"),
-        (b"[" * 30_000 + b"]" * 30_000, "not JSON: nested too deeply"),
+        (b"[" * 30_000 + b"]" * 30_000, "nested too deeply: more than 32 levels"),
         (b"[1, 2]", "not a JSON object: got list"),
         (b'"str"', "not a JSON object: got str"),
         (b'{"id": "a", "text": "b", "v": 2}', "unsupported version: 2"),
@@ -158,3 +159,76 @@ def test_keys_share_the_prefix_and_its_hash_tag() -> None:
 
 def test_digest_is_sha1_of_the_raw_bytes() -> None:
     assert payload_digest(b"abc") == "a9993e364706816aba3e25717850c26c9cd0d89d"
+
+
+# -- issue 19: the hostile-input family, each decided on purpose (README, wire protocol) ----------
+
+DEEP = b'{"id": "a", "text": "b", "d": ' + b"[" * (MAX_DEPTH) + b"]" * (MAX_DEPTH) + b"}"
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (rb'{"id":"\ud800","text":"hello"}', "lone surrogate U+D800 in id"),  # the outage's payload
+        (rb'{"id":"a","text":"b","k":"\udfff"}', "lone surrogate U+DFFF in field k"),
+        (rb'{"id":"a","text":"b","k\ud800":1}', "lone surrogate U+D800 in a key"),
+        (rb'{"id":"a","text":"b","k":[1,{"x":["\ud83d"]}]}', "lone surrogate U+D83D in field k[1].x[0]"),
+        (DEEP, "nested too deeply: more than 32 levels"),
+        (b'{"id": "a", "text": "b", "s": "' + b"[" * 1000 + b'"}', None),  # brackets inside a string
+        (b'{"id": "a", "text": "b", "n": ' + b"9" * 5000 + b"}", "number out of range: 9999"),
+        (b'{"id": "a", "text": "b", "n": 9223372036854775808}', "number out of range"),
+        (b'{"id": "a", "text": "b", "n": -9223372036854775808}', None),
+        (b'{"id": "a", "text": "b", "n": NaN}', "not strict JSON: NaN is not a JSON number"),
+        (b'{"id": "a", "text": "b", "n": -Infinity}', "not strict JSON: -Infinity"),
+        (b'{"id": "a", "text": "b", "n": 1e999}', "number out of range: 1e999 overflows a 64-bit float"),
+        (b'{"id": "a", "text": "b", "n": 1e-999}', None),  # underflows to 0.0: finite, kept
+        ('{"id": "a\u0085", "text": "b"}'.encode(), "control character U+0085 in id"),
+        ('{"id": "a", "text": "b\u009b[31m"}'.encode(), "control character U+009B in text"),
+        ('{"id": "inv\u202eeciov", "text": "b"}'.encode(), "format character U+202E in id (bidi control)"),
+        ('{"id": "a\u2066b", "text": "b"}'.encode(), "format character U+2066 in id (bidi control)"),
+        ('{"id": "a\u2028b", "text": "b"}'.encode(), "format character U+2028 in id (line separator)"),
+        ('{"id": "a", "text": "\u05e9\u05dc\u05d5\u05dd \u200f ok"}'.encode(), None),  # bidi text stays
+        (b'\xef\xbb\xbf{"id": "a", "text": "b"}', "byte-order mark before the JSON"),
+        (b'{"id": "a", "id": "b", "text": "c"}', "duplicate key: id"),
+        (b'{"id": "a", "text": "b", "f": {"x": 1, "x": 2}}', "duplicate key: x"),
+    ],
+)
+def test_hostile_inputs_are_refused_with_a_reason_or_kept_strictly(raw: bytes, reason: str | None) -> None:
+    if reason is None:
+        ticket = decode_ticket(raw)
+        assert Result("a", "l", {"l": 1.0}, "m", "d", fields=ticket.fields).to_json()  # strict JSON
+        return
+    with pytest.raises(BadTicket) as info:
+        decode_ticket(raw)
+    assert info.value.reason.startswith(reason), info.value.reason
+    DeadLetter(info.value.reason, raw, id=peek_id(raw)).to_json().encode("utf-8")  # always writable
+
+
+def test_nesting_up_to_the_limit_is_accepted() -> None:
+    ok = b'{"id": "a", "text": "b", "d": ' + b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1) + b"}"
+    assert decode_ticket(ok).fields["d"]
+
+
+def test_peek_id_never_returns_an_id_a_ticket_could_not_carry() -> None:
+    assert peek_id(rb'{"id":"\ud800","text":"hello"}') is None
+    assert peek_id('{"id":"a\u202e","text":"x"}'.encode()) is None
+    assert peek_id(b'{"id":"a","id":"b"}') is None
+
+
+def test_results_are_strict_json_or_unwritable() -> None:
+    with pytest.raises(Unwritable, match="Out of range float"):
+        Result("a", "l", {"l": float("nan")}, "m", "d").to_json()
+    with pytest.raises(Unwritable, match="surrogates not allowed"):
+        Result("a", "l", {"l": 1.0}, "m", "d", fields={"k": "\ud800"}).to_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF), max_size=30))
+def test_any_escaped_text_decodes_to_a_writable_ticket_or_a_reason(value: str) -> None:
+    raw = json.dumps({"id": value or "x", "text": value or "x", value: value}).encode()  # \\u escapes
+    try:
+        ticket = decode_ticket(raw)
+    except BadTicket as exc:
+        DeadLetter(exc.reason, raw, id=peek_id(raw)).to_json().encode("utf-8")
+        return
+    Result(ticket.id, "l", {"l": 1.0}, "m", "d", fields=ticket.fields).to_json().encode("utf-8")

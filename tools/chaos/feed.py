@@ -58,7 +58,7 @@ MALFORMED: list[tuple[str, Callable[[int], bytes], str]] = [
     ("control char", lambda n: _j({"id": f"bad-{n}", "text": "bell \x07"}), "control character U+0007"),
     ("version", lambda n: _j({"id": f"bad-{n}", "text": "x", "v": 9}), "unsupported version: 9"),
     ("long text", lambda n: _j({"id": f"bad-{n}", "text": "a" * (MAX_TEXT_CHARS + 1)}), "text too long"),
-    ("nested", lambda n: _wrap(n, b"[" * 20_000 + b"]" * 20_000), "not JSON: nested too deeply"),
+    ("nested", lambda n: _wrap(n, b"[" * 20_000 + b"]" * 20_000), "nested too deeply: more than 32 levels"),
     ("oversized", lambda n: _wrap(n, b'"' + b"z" * MAX_PAYLOAD_BYTES + b'"'), "payload too large"),
 ]  # fmt: skip
 ENGINE_ERROR = "engine error: FakeEngineError"  # the fake engine raises on __raise__

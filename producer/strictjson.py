@@ -1,0 +1,182 @@
+"""Strict JSON and text: the parser every payload goes through, the encoder of every record written.
+
+Stricter than ``json`` where other languages would read the same bytes differently, or where a record built
+from them could not be written back as strict JSON (each rule is in the README's wire protocol).
+The character rules of ids and texts live here too. Standard library only, like :mod:`producer.protocol`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_PAYLOAD_BYTES = 64 * 1024  # checked before JSON parsing, so a 10 MB payload is refused undecoded
+MAX_DEPTH = 32  # levels of nesting a payload may have ({"id": .., "x": [..]} is 2)
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+TEXT_CONTROLS = frozenset({"\t", "\n", "\r"})
+# Characters an id may not hold: they reorder (bidi overrides: the "Trojan Source" trick), hide, or break
+# (line and paragraph separators) what a person reads in a log line or on the dashboard.
+_ID_FORBIDDEN = {
+    **{chr(c): "bidi control" for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F))},
+    **{chr(c): "bidi control" for c in range(0x2066, 0x206A)},
+    "\u2028": "line separator",
+    "\u2029": "paragraph separator",
+    "\ufeff": "byte-order mark",
+    "\u200b": "zero-width space",
+}
+
+
+class BadTicket(ValueError):
+    """A payload that can never be classified. It is dead-lettered with ``reason``; never retried."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def loads_strict(raw: bytes) -> Any:
+    """Parse a payload the way every ticketq reader must, or raise :class:`BadTicket` with the reason.
+
+    Stricter than ``json.loads`` where other languages would read the bytes differently or a record built
+    from them could not be written back as strict JSON (each rule is in the README's wire protocol):
+    no byte-order mark, UTF-8 only, no ``NaN``/``Infinity``, no number that overflows (``1e999``, an
+    integer outside 64 bits), no duplicate keys, at most :data:`MAX_DEPTH` levels of nesting, and no lone
+    surrogate (a ``\\ud800`` escape) in any key or string at any depth.
+    """
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise BadTicket(f"payload too large: {len(raw)} bytes > {MAX_PAYLOAD_BYTES}")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise BadTicket("byte-order mark before the JSON: send UTF-8 without one (RFC 8259, section 8.1)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadTicket(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    _check_depth(text)
+    try:
+        obj = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:  # unreachable after _check_depth; kept so no payload can raise it
+        raise BadTicket(f"nested too deeply: more than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        if isinstance(exc, BadTicket):
+            raise
+        raise BadTicket(f"not JSON: {exc}") from None
+    _check_strings(obj)
+    return obj
+
+
+def _check_depth(text: str) -> None:
+    """Nesting depth, counted without recursion (strings removed first, so brackets inside them do not
+    count): refused before ``json.loads`` can reach Python's recursion limit."""
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_DEPTH:
+                raise BadTicket(f"nested too deeply: more than {MAX_DEPTH} levels")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadTicket(f"not strict JSON: {name} is not a JSON number")
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) <= 19:
+        value = int(digits)
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+    raise BadTicket(f"number out of range: {_shown(digits, 24)} (integers must fit in 64 bits)")
+
+
+def _finite_float(digits: str) -> float:
+    value = float(digits)
+    if not math.isfinite(value):
+        raise BadTicket(f"number out of range: {_shown(digits, 24)} overflows a 64-bit float")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadTicket(f"duplicate key: {_shown(key)}")
+            seen.add(key)
+    return out
+
+
+def _check_strings(obj: Any) -> None:
+    """Every key and string, at any depth: a lone surrogate cannot be written as UTF-8 (iterative walk)."""
+    stack: list[tuple[Any, str]] = [(obj, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            _no_surrogate(value, path or "payload")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = _shown(key)
+                _no_surrogate(key, f"a key in {path}" if path else "a key")
+                top = name if name in ("id", "text") else f"field {name}"
+                stack.append((item, f"{path}.{name}" if path else top))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _no_surrogate(value: str, where: str) -> None:
+    for ch in value:
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {where}")
+
+
+def _shown(value: str, most: int = 40) -> str:
+    """A name or number for a reason: printable characters as they are, others escaped, bounded."""
+    out = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in value[:most])
+    return out + ("..." if len(value) > most else "")
+
+
+def clean(value: str) -> str:
+    """``value`` with lone surrogates replaced by U+FFFD: what a record that must always be written
+    (a dead letter, an event) does with text that came from a payload or an exception."""
+    return _SURROGATE.sub("\ufffd", value)
+
+
+class Unwritable(ValueError):
+    """A record that is not strict JSON in UTF-8 (NaN, a lone surrogate, too deep): never sent to Redis."""
+
+
+def dumps_strict(obj: Any) -> str:
+    """The one JSON encoder of records ticketq writes: strict JSON that encodes as UTF-8, or
+    :class:`Unwritable`. Checked before the transaction that writes it, so one bad record cannot fail it."""
+    try:
+        out = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+        out.encode("utf-8")
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise Unwritable(_shown(f"{type(exc).__name__}: {exc}", 200)) from None
+    return out
+
+
+def check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
+    for ch in value:
+        code = ord(ch)
+        if (code < 32 or 127 <= code <= 159) and ch not in allowed:
+            raise BadTicket(f"control character U+{code:04X} in {name}")
+        if 0xD800 <= code <= 0xDFFF:
+            raise BadTicket(f"lone surrogate U+{code:04X} in {name}")
+
+
+def check_id_chars(value: str) -> None:
+    for ch in value:
+        if ch in _ID_FORBIDDEN:
+            raise BadTicket(f"format character U+{ord(ch):04X} in id ({_ID_FORBIDDEN[ch]})")

@@ -1,0 +1,34 @@
+-- ticketq: recovery, the requeue of a dead worker's in-flight list (or its poison letters).
+-- KEYS: 1 P:workers, 2 P:heartbeat:<worker>, 3 P:inflight:<worker>, 4 P:tickets, 5 P:attempts, 6 P:dead.
+-- ARGV: 1 worker id, 2 max attempts, 3 force (ignore a live heartbeat), then for each payload the caller
+--       read from the in-flight list (left to right): payload, digest, attempts it read, dead letter JSON.
+-- Atomic: the liveness check, the re-check of what the caller read, every requeue or dead letter, the
+--   attempt counts and the deregistration: a payload ends in the input or in P:dead, never both or neither.
+-- Cost: O(held) list and hash operations; held is one worker's claim (at most --drain payloads).
+-- The caller builds the dead letters (the format lives in Python); this script re-checks what it read.
+-- Returns {'ok'|'alive'|'changed', requeued, dead}.
+if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return {'alive', 0, 0} end
+local held = redis.call('LRANGE', KEYS[3], 0, -1)
+if #held * 4 ~= #ARGV - 3 then return {'changed', 0, 0} end
+for i, p in ipairs(held) do
+  local j = 3 + (i - 1) * 4
+  if p ~= ARGV[j + 1] or (redis.call('HGET', KEYS[5], ARGV[j + 2]) or '0') ~= ARGV[j + 3] then
+    return {'changed', 0, 0}
+  end
+end
+local requeued, dead = 0, 0
+for i, p in ipairs(held) do
+  local j = 3 + (i - 1) * 4
+  if redis.call('HINCRBY', KEYS[5], ARGV[j + 2], 1) >= tonumber(ARGV[2]) then
+    redis.call('LPUSH', KEYS[6], ARGV[j + 4])
+    redis.call('HDEL', KEYS[5], ARGV[j + 2])
+    dead = dead + 1
+  else
+    -- newest first onto the right end, so the oldest claim ends up rightmost: served next
+    redis.call('RPUSH', KEYS[4], p)
+    requeued = requeued + 1
+  end
+end
+redis.call('DEL', KEYS[3])
+if ARGV[3] ~= '1' then redis.call('SREM', KEYS[1], ARGV[1]) end
+return {'ok', requeued, dead}
