@@ -351,12 +351,15 @@ class Client:
         for c in self.correction_records():
             yield c.id, c.text, c.label
 
-    def publish_head(self, data: bytes, *, by: str | None = None) -> str:
+    def publish_head(
+        self, data: bytes, *, by: str | None = None, gate: Mapping[str, Any] | None = None
+    ) -> str:
         """Store a head file's bytes as the current head, versioned; returns the new version.
 
         Workers check the version before every claim and load the new head at their next drain. The
         bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
-        mismatched head, logs ``head_rejected`` and keeps the one it has.
+        mismatched head, logs ``head_rejected`` and keeps the one it has. ``gate``: the publish gate's
+        comparison with the head it replaces (``train --publish``), kept in its ``P:heads`` entry.
         """
         if not data:
             raise ValueError("empty head")
@@ -369,6 +372,8 @@ class Client:
         }
         if by:
             entry["by"] = by
+        if gate is not None:
+            entry["gate"] = dict(gate)
         keys = [self.keys.head_seq, self.keys.head, self.keys.heads]
         out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
         return out.decode() if isinstance(out, bytes) else str(out)

@@ -2,9 +2,13 @@
 
 Corrections are what people and services recorded with ``ticketq-producer label`` (``P:labels``). Each
 carries the ticket's text, copied when the label was set, so training does not depend on the TTL of
-``P:text:<id>``. ``--tickets FILE`` adds labelled rows; an id in both keeps the correction, the newer
-and human word. ``--publish`` stores the head in ``P:head``, versioned; every running worker loads it
-at its next drain (:mod:`worker.headwatch`). No torch here: data plumbing, testable with Redis alone.
+``P:text:<id>``. Corrections add to what the head already knows: they are trained on together with the
+task's base data (``--tickets FILE`` when given, else the task's ``head_data``, the rows its own head was
+trained from); an id in both keeps the correction, the newer and human word. ``--corrections-only`` trains
+on the corrections alone (a head that knows only them: rarely what you want). ``--publish`` stores the head
+in ``P:head``, versioned, once the publish gate (:mod:`worker.gate`) found it no worse than the head in
+use; every running worker loads it at its next drain (:mod:`worker.headwatch`). No torch here: data
+plumbing, testable with Redis alone.
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
     )
     group.add_argument(
+        "--corrections-only",
+        action="store_true",
+        help="with --from-redis: train on the corrections alone, without the task's base data (head_data)",
+    )
+    group.add_argument(
+        "--force",
+        action="store_true",
+        help="publish even when the publish gate finds the new head worse than the head in use",
+    )
+    group.add_argument(
         "--publish",
         action="store_true",
         help="publish the head in Redis: every running worker loads it at its next drain, no restart",
@@ -76,6 +90,16 @@ def client(args: argparse.Namespace) -> Client:
 def read_corrections(source: Client) -> list[Correction]:
     """Every correction in ``P:labels``, oldest first (a stable order makes training reproducible)."""
     return sorted(source.correction_records(), key=lambda c: (c.at, c.id))
+
+
+def base_source(tickets: str | None, head_data: str | None, corrections_only: bool) -> str | None:
+    """The file whose rows the corrections are added to: ``--tickets``, else the task's ``head_data``;
+    None with ``--corrections-only`` (which ``--tickets`` contradicts) or when the task names none."""
+    if corrections_only:
+        if tickets:
+            raise CorrectionsError("--corrections-only trains on the corrections alone: drop --tickets")
+        return None
+    return tickets or head_data
 
 
 def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:

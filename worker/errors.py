@@ -9,7 +9,9 @@
 
 Exit codes of ``ticketq-worker`` (documented in README, Operations): 0 done, 1 the model failed to load,
 2 settings, 3 Redis refused our credentials or permissions, 4 a ticketq key holds the wrong type,
-5 ``--burst`` gave up on an unreachable Redis, 6 the watchdog found the loop stalled, 70 a test poison
+5 ``--burst`` gave up on an unreachable Redis, 6 the watchdog found the loop stalled,
+7 ``train --publish``: the publish gate found the new head worse than the one in use (not published;
+``--force`` publishes it), 70 a test poison
 ticket (fake model), 128+N stopped by a second signal N.
 """
 
@@ -29,6 +31,7 @@ EXIT_AUTH = 3
 EXIT_WRONGTYPE = 4
 EXIT_REDIS_GONE = 5
 EXIT_STALLED = 6
+EXIT_HEAD_WORSE = 7
 
 
 class TicketqError(Exception):

@@ -10,17 +10,22 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
-``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
-a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
-running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
+``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
+base data (``--tickets`` when given, else the task's ``head_data``; a correction replaces the row with its
+id; ``--corrections-only``: the corrections alone). ``--publish`` first compares the new head with the one
+the workers use, out of fold on the same tickets (:mod:`worker.gate`), and publishes it only if it is not
+worse (``--force``: anyway); every running worker loads it at its next drain, without a restart (see
+:mod:`worker.corrections`).
 
 Exit codes: 0 done; 1 the model could not be loaded or the head not written; 2 bad input or usage (a head
-that does not fit included); 3 Redis unreachable or refused the credentials; 4 Redis refused a command.
+that does not fit included); 3 Redis unreachable or refused the credentials; 4 Redis refused a command;
+7 (``EXIT_HEAD_WORSE``) the publish gate refused the head (written to ``--out`` if given, not published).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from dataclasses import replace
@@ -31,6 +36,7 @@ import redis
 
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions, add_engine_arguments
+from worker.errors import EXIT_HEAD_WORSE
 from worker.evaluate import confusion_table
 
 
@@ -62,14 +68,24 @@ def run(args: argparse.Namespace) -> int:
 
     source = args.tickets or ""
     corrected: dict[int, str | None] = {}
+    ids: list[str] = []
+    base_sha256: str | None = None
+    published: tuple[str, bytes] | None = None
     try:
         options = replace(EngineOptions.from_args(args), head=NO_HEAD)  # train with features, not a head
         if not (args.tickets or args.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
         if not (args.out or args.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
+        if args.corrections_only and not args.from_redis:
+            raise DataError("--corrections-only needs --from-redis")
         task = load_task(options.task)
-        items = read_items(args.tickets) if args.tickets else []
+        base = args.tickets
+        if args.from_redis:
+            base = corrections.base_source(args.tickets, task.head_data, args.corrections_only)
+        items = read_items(base) if base else []
+        if base:
+            base_sha256 = hashlib.sha256(Path(base).read_bytes()).hexdigest()
         if corrections.uses_redis(args):
             redis_client = corrections.client(args)
         if args.from_redis:
@@ -78,8 +94,11 @@ def run(args: argparse.Namespace) -> int:
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
-                f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
+                f" + {found.from_file} rows of {base}" if base else " alone (no base data)"
             )
+        if args.from_redis or args.publish:
+            published = redis_client.current_head()
+        ids = [it.id for it in items]
         check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
@@ -88,25 +107,52 @@ def run(args: argparse.Namespace) -> int:
             )
     except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot read the base data: {exc.strerror or exc}")
     except redis.RedisError as exc:
         return fail(f"Redis: {type(exc).__name__}: {exc}", redis_exit(exc))
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
+    from worker.engine.features import Recipe
     from worker.engine.training import train_head
     from worker.evaluate import load_engine
 
     engine = load_engine("train", options)
     if isinstance(engine, int):
         return engine
+    texts = [it.text for it in items]
+    recipe = Recipe.default(engine.n_layers)
     start = time.perf_counter()
     with Progress() as progress:
+        x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
         head = train_head(
-            engine, [it.text for it in items], labels, seed=args.seed, progress=progress, corrected=corrected
+            engine,
+            texts,
+            labels,
+            seed=args.seed,
+            progress=progress,
+            corrected=corrected,
+            recipe=recipe,
+            features=x,
         )
     seconds = time.perf_counter() - start
+    head.training["data"] = {  # what it learnt from: the publish gate refits the head in use from this
+        "base": Path(base).name if base else None,
+        "base_sha256": base_sha256,
+        "base_rows": len(items) - len(corrected),
+        "corrections": sorted(ids[row] for row in corrected),
+    }
     print(report(head, engine.describe(), source, seconds))
+    comparison = None
+    if args.from_redis or args.publish:
+        comparison = _gate(
+            engine, published, texts, x, recipe, labels, ids, corrected, base, base_sha256, head, args
+        )
+        if comparison is not None:
+            head.training["gate"] = comparison.to_dict()
+            print("\n".join(["", *comparison.lines()]))
     if out is not None:
         try:
             head.save(out)
@@ -114,14 +160,80 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
     if args.publish:
+        if comparison is not None and comparison.refused and not args.force:
+            return fail(
+                "not published: the new head is worse than the head in use (see the comparison above); "
+                "--force publishes it anyway",
+                EXIT_HEAD_WORSE,
+            )
         try:
-            version = redis_client.publish_head(head.to_bytes(), by=args.by)
+            gate = comparison.summary() if comparison is not None else None
+            version = redis_client.publish_head(head.to_bytes(), by=args.by, gate=gate)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
         except ValueError as exc:
             return fail(f"cannot publish the head: {exc}", 1)
         print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0
+
+
+def _gate(
+    engine: Any,
+    published: tuple[str, bytes] | None,
+    texts: list[str],
+    x: Any,
+    recipe: Any,
+    labels: list[str],
+    ids: list[str],
+    corrected: dict[int, str | None],
+    base: str | None,
+    base_sha256: str | None,
+    head: Any,
+    args: argparse.Namespace,
+) -> Any:
+    """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
+    with (workers run zero-shot) or too few tickets of a label to compare out of fold."""
+    from worker import gate
+
+    found = gate.head_in_use(engine, published)
+    if found is None:
+        print("\npublish gate: no head in use (zero-shot): nothing to compare with")
+        return None
+    current, name, from_head_data = found
+    # the task's own head was trained on exactly the evidence's base rows when the base is its head_data
+    own = (
+        from_head_data and base is not None and Path(base).resolve() == Path(engine.task.head_data).resolve()
+    )
+    rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
+    try:
+        comparison = gate.compare_with(
+            gate.InUse(current, name, rows),
+            engine,
+            texts,
+            x,
+            recipe,
+            labels,
+            corrected,
+            l2=head.training["l2"],
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"\npublish gate: skipped ({exc})")
+        return None
+    if comparison.refused and args.force:
+        comparison = replace(comparison, forced=True)
+    return comparison
+
+
+def _counter(progress: Progress, total: int) -> Any:
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        progress("features", done, total)
+
+    return step
 
 
 class Progress:
