@@ -1,5 +1,6 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
--- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels.   ARGV: 1 ticket id, 2 label, 3 by (optional).
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels, 4 P:review (optional: a labelled ticket leaves the review
+-- queue, confirmed or corrected).   ARGV: 1 ticket id, 2 label, 3 by (optional).
 -- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels , T-1 billing alice
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
 local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
@@ -33,4 +34,5 @@ record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
 if by ~= '' then record.by = by end
 local out = cjson.encode(record)
 redis.call('HSET', KEYS[3], id, out)
+if KEYS[4] then redis.call('ZREM', KEYS[4], id) end
 return out

@@ -34,22 +34,20 @@ key                        type    what                                         
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
+``P:review``               zset    ids of ``"review": true`` results by confidence; labelling,  labelled,
+                                   trim or ``MAX_REVIEW`` (most confident go first) remove ids. trimmed
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
 
     {"id": "T-1001", "text": "I was charged twice", "v": 1, "customer": "acme"}
 
-``id`` is a non-empty string (at most 256 characters), ``text`` a non-empty string (after stripping
-white space) of at most ``MAX_TEXT_CHARS`` characters, without control characters other than tab,
-newline and carriage return. ``v`` (optional) is the format version, 1. ``enqueued_at`` (optional) is
-the time the producer pushed it, in unix seconds (a number): results then carry ``queued_s``, the wait
-before a worker claimed it. Every other field is passed through to the result under ``fields``.
-Anything else is dead-lettered with the reason.
-
-Duplicate ids: a ticket whose id already has a result is treated as a redelivery when its payload is
-byte-for-byte the same (the result is rewritten, harmlessly), and dead-lettered with the reason
-``duplicate id`` when it differs. The first result for an id wins.
+``id``: a non-empty string (at most 256 characters); ``text``: non-empty after stripping, at most
+``MAX_TEXT_CHARS``, no control characters but tab, newline and carriage return; ``v`` (optional): 1;
+``enqueued_at`` (optional): unix seconds of the push (results then carry ``queued_s``). Other fields
+pass through to the result under ``fields``; anything else is dead-lettered with the reason. An id
+with a result already: the same payload is a redelivery (rewritten), a different one dead-lettered as
+``duplicate id`` (README, Wire protocol, says it all at length).
 """
 
 from __future__ import annotations
@@ -67,6 +65,7 @@ MAX_TEXT_CHARS = 16_384
 # Checked before JSON parsing, so a 10 MB payload is refused without being decoded.
 MAX_PAYLOAD_BYTES = 64 * 1024
 DEFAULT_PREFIX = "ticketq"
+MAX_REVIEW = 10_000  # ids kept in P:review; past it the most confident go (the least teach the most)
 
 _ALLOWED_CONTROL = frozenset({"\t", "\n", "\r"})
 
@@ -120,6 +119,10 @@ class Keys:
     @property
     def head_seq(self) -> str:
         return f"{self.prefix}:head:seq"
+
+    @property
+    def review(self) -> str:
+        return f"{self.prefix}:review"
 
     def text(self, ticket_id: str) -> str:
         return f"{self.prefix}:text:{ticket_id}"
@@ -258,6 +261,9 @@ class Result:
     # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
     method: str | None = None
     head: str | None = None
+    # Optional: scores[label] (calibrated when the head is); review (written when true): below the threshold
+    confidence: float | None = None
+    review: bool = False
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -275,26 +281,17 @@ class Result:
             out["queued_s"] = round(self.queued_s, 3)
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
-        extra = {"method": self.method, "head": self.head}
+        conf = None if self.confidence is None else round(self.confidence, 4)
+        extra = {"method": self.method, "head": self.head, "confidence": conf, "review": self.review or None}
         return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
         obj = json.loads(raw)
-        return cls(
-            id=obj["id"],
-            label=obj["label"],
-            scores=obj["scores"],
-            model=obj.get("model", ""),
-            digest=obj.get("digest", ""),
-            fields=obj.get("fields", {}),
-            worker=obj.get("worker", ""),
-            at=obj.get("at", 0.0),
-            queued_s=obj.get("queued_s"),
-            took_s=obj.get("took_s"),
-            method=obj.get("method"),
-            head=obj.get("head"),
-        )
+        defaults = {"model": "", "digest": "", "fields": {}, "worker": "", "at": 0.0}
+        optional = ("queued_s", "took_s", "method", "head", "confidence")  # None when absent
+        given = {k: obj.get(k, v) for k, v in defaults.items()} | {k: obj.get(k) for k in optional}
+        return cls(obj["id"], obj["label"], obj["scores"], **given, review=obj.get("review") is True)
 
 
 @dataclass(frozen=True)
@@ -389,10 +386,7 @@ class Event:
             obj = json.loads(raw)
         except (ValueError, RecursionError):
             return cls()
-        if not isinstance(obj, dict):
-            return cls()
-        ids = obj.get("ids")
-        dead = obj.get("dead")
+        ids, dead = (obj.get("ids"), obj.get("dead")) if isinstance(obj, dict) else (None, None)
         return cls(
             ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
             dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},

@@ -86,9 +86,9 @@ return n
 """
 
 TRIM = """
--- KEYS: 1 done, 2 results, 3 dead.  ARGV: 1 cutoff (unix seconds; '' keeps results), 2 most results to
--- delete, 3 dead letters to keep (0: all).  Redis 6.2 has no per-field hash TTL (HEXPIRE is 7.4), so
--- P:done orders result ids by finish time and this deletes the oldest, a bounded number per call.
+-- KEYS: 1 done, 2 results, 3 dead, 4 review.  ARGV: 1 cutoff (unix seconds; '' keeps results), 2 most
+-- results to delete, 3 dead letters to keep (0: all).  Redis 6.2 has no per-field hash TTL (HEXPIRE is
+-- 7.4), so P:done orders result ids by finish time and this deletes the oldest, a bounded number per call.
 local n = 0
 if ARGV[1] ~= '' then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
@@ -96,6 +96,7 @@ if ARGV[1] ~= '' then
   if n > 0 then
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('ZREM', KEYS[1], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))  -- a trimmed result is no longer there to review
   end
 end
 local keep = tonumber(ARGV[3])

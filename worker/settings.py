@@ -57,6 +57,7 @@ class Settings:
     burst_wait_s: float = 30.0  # --burst gives up (exit 5) after Redis was unreachable this long
     cluster: bool = False  # Redis Cluster client (the prefix gets a hash tag)
     keep_text_s: int = DEFAULT_KEEP_TEXT_S  # P:text:<id> TTL, so corrections can be trained on; 0: keep none
+    review_below: float | None = None  # mark results less confident for review; None: the task's (review.py)
 
     def __post_init__(self) -> None:
         problems = [p for p in self._problems() if p]
@@ -91,6 +92,9 @@ class Settings:
             else "route: RQ routing needs a plain Redis, not --cluster",
             "" if not self.cluster or self.redis_url.startswith("redis") else "cluster: needs a redis:// URL",
             "" if 0 <= self.keep_text_s <= 366 * 86400 else "keep-text-s: must be 0..31622400 (a year)",
+            ""
+            if self.review_below is None or 0.0 <= self.review_below <= 1.0
+            else "review-below: must be 0..1 (a probability)",
         ]
 
     def __repr__(self) -> str:
@@ -149,6 +153,12 @@ _FLAGS: list[tuple[str, type, str]] = [
         "with --burst, give up (exit 5) when Redis is unreachable this long (default 30)",
     ),
     ("keep-text-s", int, "keep each ticket's text this long for corrections; 0 keeps none (default 604800)"),
+    (
+        "review-below",
+        float,
+        "results less confident than this need review (P:review); overrides the task's review_below and "
+        "auto_accuracy (default: the task's)",
+    ),
 ]
 
 
