@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import redis
 
+from producer import review
 from producer.client import Client, LabelError, encode
 from producer.files import FORMATS, FileError, parse
 from producer.options import add_redis_arguments
@@ -84,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     corrections.set_defaults(func=cmd_corrections)
+    unsure = sub.add_parser("review", help="tickets that need review, least confident first, as JSONL")
+    unsure.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    unsure.set_defaults(func=cmd_review)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
     heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
     heads.set_defaults(func=cmd_heads)
@@ -190,6 +194,16 @@ def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review(client: Client, args: argparse.Namespace) -> int:
+    """One JSON object a line: id, confidence, label, top (labels with p), text, at, head. Confirm or correct
+    one with ``label ID LABEL``: that records a correction and takes it off the queue."""
+    if args.limit < 1:
+        raise FileError("--limit must be 1 or more")
+    for item in review.queue(client, limit=args.limit):
+        print(json.dumps(item.to_dict(), ensure_ascii=False))
+    return 0
+
+
 def cmd_heads(client: Client, args: argparse.Namespace) -> int:
     versions = client.head_versions()
     if args.json:
@@ -199,10 +213,13 @@ def cmd_heads(client: Client, args: argparse.Namespace) -> int:
     if not versions:
         print("no head published", file=sys.stderr)
         return 0
-    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  BY")
+    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  {'BY':<10}  GATE")
     for v in versions:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.at))
-        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or ''}")
+        g = v.gate or {}
+        gate = f"{g['candidate']:.1%} vs {g['current']:.1%}" if "candidate" in g else ""
+        gate += " (forced)" if g.get("forced") else ""
+        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or '':<10}  {gate}")
     return 0
 
 

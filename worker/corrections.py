@@ -93,12 +93,11 @@ def read_corrections(source: Client) -> list[Correction]:
 
 
 def base_source(tickets: str | None, head_data: str | None, corrections_only: bool) -> str | None:
-    """The file whose rows the corrections are added to: ``--tickets``, else the task's ``head_data``;
-    None with ``--corrections-only`` (which ``--tickets`` contradicts) or when the task names none."""
-    if corrections_only:
-        if tickets:
-            raise CorrectionsError("--corrections-only trains on the corrections alone: drop --tickets")
-        return None
+    """The file whose rows the corrections are added to: ``--tickets``, else the task's ``head_data``
+    (None when the task names none). With ``--corrections-only`` (which ``--tickets`` contradicts) the
+    head learns from the corrections alone, and the base rows are the publish gate's evidence only."""
+    if corrections_only and tickets:
+        raise CorrectionsError("--corrections-only trains on the corrections alone: drop --tickets")
     return tickets or head_data
 
 

@@ -276,14 +276,16 @@ def compare_with(
     truth: Sequence[str],
     corrected: Collection[int],
     *,
+    candidate_rows: Sequence[bool] | None = None,
     l2: float,
     seed: int,
 ) -> Comparison:
-    """Judge the candidate (every evidence row, at ``l2``) against ``in_use`` on the same folds."""
+    """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, at ``l2``)
+    against ``in_use`` on the same folds."""
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    candidate = fold_predictions(features, y, len(labels), l2=l2, fold=fold)
+    candidate = fold_predictions(features, y, len(labels), l2=l2, fold=fold, train=candidate_rows)
     method, current = "direct", None
     rows = in_use.trained_on
     if rows is not None and any(rows):

@@ -124,31 +124,38 @@ def run(args: argparse.Namespace) -> int:
         return engine
     texts = [it.text for it in items]
     recipe = Recipe.default(engine.n_layers)
+    # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
+    # then the gate's evidence only)
+    learn = [row in corrected or not args.corrections_only for row in range(len(items))]
+    picked = [row for row, use in enumerate(learn) if use]
     start = time.perf_counter()
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
-        head = train_head(
-            engine,
-            texts,
-            labels,
-            seed=args.seed,
-            progress=progress,
-            corrected=corrected,
-            recipe=recipe,
-            features=x,
-        )
+        try:
+            head = train_head(
+                engine,
+                [texts[row] for row in picked],
+                [labels[row] for row in picked],
+                seed=args.seed,
+                progress=progress,
+                corrected={picked.index(row): was for row, was in corrected.items()},
+                recipe=recipe,
+                features=x[picked],
+            )
+        except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
+            return fail(str(exc))
     seconds = time.perf_counter() - start
     head.training["data"] = {  # what it learnt from: the publish gate refits the head in use from this
-        "base": Path(base).name if base else None,
-        "base_sha256": base_sha256,
-        "base_rows": len(items) - len(corrected),
+        "base": Path(base).name if base and not args.corrections_only else None,
+        "base_sha256": None if args.corrections_only else base_sha256,
+        "base_rows": len(picked) - len(corrected),
         "corrections": sorted(ids[row] for row in corrected),
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
     if args.from_redis or args.publish:
         comparison = _gate(
-            engine, published, texts, x, recipe, labels, ids, corrected, base, base_sha256, head, args
+            engine, published, texts, x, recipe, labels, ids, corrected, base, base_sha256, head, args, learn
         )
         if comparison is not None:
             head.training["gate"] = comparison.to_dict()
@@ -190,6 +197,7 @@ def _gate(
     base_sha256: str | None,
     head: Any,
     args: argparse.Namespace,
+    learn: list[bool],
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
     with (workers run zero-shot) or too few tickets of a label to compare out of fold."""
@@ -214,12 +222,14 @@ def _gate(
             recipe,
             labels,
             corrected,
+            candidate_rows=learn,
             l2=head.training["l2"],
             seed=args.seed,
         )
-    except ValueError as exc:
-        print(f"\npublish gate: skipped ({exc})")
-        return None
+    except ValueError as exc:  # refused: unjudged is how the issue's 49% head got out
+        reasons = [f"cannot compare it with the head in use: {exc}"]
+        side = gate.Side(0.0, None, {})
+        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, args.force)
     if comparison.refused and args.force:
         comparison = replace(comparison, forced=True)
     return comparison
