@@ -34,8 +34,9 @@ from typing import Any
 
 import redis
 
+from producer import config
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.options import NO_HEAD, EngineOptions, add_engine_arguments
+from worker.engine.options import NO_HEAD, EngineOptions
 from worker.errors import EXIT_HEAD_WORSE
 from worker.evaluate import confusion_table
 
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
     parser.add_argument("--out", help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
     corrections.add_arguments(parser)
 
 
@@ -72,23 +73,26 @@ def run(args: argparse.Namespace) -> int:
     base_sha256: str | None = None
     published: tuple[str, bytes] | None = None
     try:
-        options = replace(EngineOptions.from_args(args), head=NO_HEAD)  # train with features, not a head
-        if not (args.tickets or args.from_redis):
+        options = replace(
+            config.resolve(EngineOptions, args), head=NO_HEAD
+        )  # train with features, not a head
+        store = corrections.options(args)
+        if not (args.tickets or store.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
-        if not (args.out or args.publish):
+        if not (args.out or store.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
-        if args.corrections_only and not args.from_redis:
+        if store.corrections_only and not store.from_redis:
             raise DataError("--corrections-only needs --from-redis")
         task = load_task(options.task)
         base = args.tickets
-        if args.from_redis:
-            base = corrections.base_source(args.tickets, task.head_data, args.corrections_only)
+        if store.from_redis:
+            base = corrections.base_source(args.tickets, task.head_data, store.corrections_only)
         items = read_items(base) if base else []
         if base:
             base_sha256 = hashlib.sha256(Path(base).read_bytes()).hexdigest()
-        if corrections.uses_redis(args):
-            redis_client = corrections.client(args)
-        if args.from_redis:
+        if store.from_redis or store.publish:
+            redis_client = corrections.client(store)
+        if store.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
             found = corrections.training_set(corrections.read_corrections(redis_client), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
@@ -96,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             source = f"{found.from_redis} corrections from Redis" + (
                 f" + {found.from_file} rows of {base}" if base else " alone (no base data)"
             )
-        if args.from_redis or args.publish:
+        if store.from_redis or store.publish:
             published = redis_client.current_head()
         ids = [it.id for it in items]
         check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
@@ -126,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     recipe = Recipe.default(engine.n_layers)
     # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
     # then the gate's evidence only)
-    learn = [row in corrected or not args.corrections_only for row in range(len(items))]
+    learn = [row in corrected or not store.corrections_only for row in range(len(items))]
     picked = [row for row, use in enumerate(learn) if use]
     start = time.perf_counter()
     with Progress() as progress:
@@ -146,16 +150,29 @@ def run(args: argparse.Namespace) -> int:
             return fail(str(exc))
     seconds = time.perf_counter() - start
     head.training["data"] = {  # what it learnt from: the publish gate refits the head in use from this
-        "base": Path(base).name if base and not args.corrections_only else None,
-        "base_sha256": None if args.corrections_only else base_sha256,
+        "base": Path(base).name if base and not store.corrections_only else None,
+        "base_sha256": None if store.corrections_only else base_sha256,
         "base_rows": len(picked) - len(corrected),
         "corrections": sorted(ids[row] for row in corrected),
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
-    if args.from_redis or args.publish:
+    if store.from_redis or store.publish:
         comparison = _gate(
-            engine, published, texts, x, recipe, labels, ids, corrected, base, base_sha256, head, args, learn
+            engine,
+            published,
+            texts,
+            x,
+            recipe,
+            labels,
+            ids,
+            corrected,
+            base,
+            base_sha256,
+            head,
+            args,
+            learn,
+            store.force,
         )
         if comparison is not None:
             head.training["gate"] = comparison.to_dict()
@@ -166,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
-    if args.publish:
-        if comparison is not None and comparison.refused and not args.force:
+    if store.publish:
+        if comparison is not None and comparison.refused and not store.force:
             return fail(
                 "not published: the new head is worse than the head in use (see the comparison above); "
                 "--force publishes it anyway",
@@ -175,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             )
         try:
             gate = comparison.summary() if comparison is not None else None
-            version = redis_client.publish_head(head.to_bytes(), by=args.by, gate=gate)
+            version = redis_client.publish_head(head.to_bytes(), by=store.by, gate=gate)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
         except ValueError as exc:
@@ -198,6 +215,7 @@ def _gate(
     head: Any,
     args: argparse.Namespace,
     learn: list[bool],
+    force: bool,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
     with (workers run zero-shot) or too few tickets of a label to compare out of fold."""
@@ -229,8 +247,8 @@ def _gate(
     except ValueError as exc:  # refused: unjudged is how the issue's 49% head got out
         reasons = [f"cannot compare it with the head in use: {exc}"]
         side = gate.Side(0.0, None, {})
-        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, args.force)
-    if comparison.refused and args.force:
+        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
+    if comparison.refused and force:
         comparison = replace(comparison, forced=True)
     return comparison
 
