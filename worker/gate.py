@@ -97,6 +97,9 @@ class Comparison:
 
     def lines(self) -> list[str]:
         """The comparison as the CLI prints it."""
+        if self.method == "none":  # not compared: only why
+            verdict = "published anyway (--force)" if self.forced else "refused"
+            return [f"publish gate ({self.current_name}): {verdict}: " + "; ".join(self.reasons)]
         how = "refitted on its training rows per fold" if self.method == "refit" else "its own labels"
         out = [
             f"publish gate: candidate vs the head in use ({self.current_name}; {how}), out of fold on "

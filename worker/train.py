@@ -218,10 +218,19 @@ def _gate(
     force: bool,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
-    with (workers run zero-shot) or too few tickets of a label to compare out of fold."""
+    with (workers run zero-shot). One that cannot be compared (the head in use unreadable, a label with a
+    single ticket) is refused: unjudged is how issue 24's 49% head got out."""
     from worker import gate
 
-    found = gate.head_in_use(engine, published)
+    def unjudged(name: str, why: str) -> Any:
+        side = gate.Side(0.0, None, {})
+        reasons = [f"cannot compare it with the head in use: {why}"]
+        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
+
+    try:
+        found = gate.head_in_use(engine, published)
+    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
+        return unjudged("the task's head", str(exc))
     if found is None:
         print("\npublish gate: no head in use (zero-shot): nothing to compare with")
         return None
@@ -244,10 +253,8 @@ def _gate(
             l2=head.training["l2"],
             seed=args.seed,
         )
-    except ValueError as exc:  # refused: unjudged is how the issue's 49% head got out
-        reasons = [f"cannot compare it with the head in use: {exc}"]
-        side = gate.Side(0.0, None, {})
-        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
+    except ValueError as exc:
+        return unjudged(name, str(exc))
     if comparison.refused and force:
         comparison = replace(comparison, forced=True)
     return comparison

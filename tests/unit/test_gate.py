@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from producer.learning import HeadVersion
-from worker.gate import MARGIN, Comparison, judge, rows_trained_on
+from worker.gate import MARGIN, Comparison, Side, judge, rows_trained_on
 
 LABELS = ["billing", "technical", "account"]
 TRUTH = ["billing"] * 40 + ["technical"] * 40 + ["account"] * 20
@@ -74,3 +74,11 @@ def test_the_gate_summary_travels_in_the_heads_history_entry() -> None:
     back = HeadVersion.from_json(entry.to_json())
     assert back == entry
     assert HeadVersion.from_json('{"version": "1", "at": 1, "bytes": 2, "sha256": "x"}').gate is None
+
+
+def test_a_candidate_that_could_not_be_compared_says_only_why() -> None:
+    side = Side(0.0, None, {})
+    c = Comparison(10, 2, side, side, "version 4", "none", ["cannot compare it with the head in use: x"])
+    assert c.refused and c.lines() == [
+        "publish gate (version 4): refused: cannot compare it with the head in use: x"
+    ]
