@@ -60,7 +60,8 @@ class CorrectionsOptions(RedisOptions):
 
     from_redis: bool = setting(
         False,
-        help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
+        help="train on the corrections recorded in Redis (ticketq-producer label) added to the base data: "
+        "--tickets, else the task's head_data",
         env=False,
     )
     corrections_only: bool = setting(
