@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import redis
 
-from producer import config
+from producer import config, review
 from producer.client import Client, LabelError, encode
 from producer.config import at_least, option
 from producer.exitcodes import Exit, epilog, for_redis_error
@@ -78,6 +78,14 @@ class TableOptions:
 @dataclass(frozen=True)
 class DeadOptions:
     limit: int = option(20, help="newest dead letters to print", check=at_least(1))
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
+class ReviewOptions:
+    limit: int = option(100, help="least confident tickets to print", check=at_least(1))
 
     def __post_init__(self) -> None:
         _check(self)
@@ -140,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     corrections.set_defaults(func=cmd_corrections)
+    unsure = sub.add_parser("review", help="tickets that need review, least confident first, as JSONL")
+    config.add_arguments(unsure, ReviewOptions, env=False)
+    unsure.set_defaults(func=cmd_review)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
     config.add_arguments(heads, TableOptions)
     heads.set_defaults(func=cmd_heads)
@@ -247,6 +258,14 @@ def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review(client: Client, args: argparse.Namespace) -> int:
+    """One JSON object a line: id, confidence, label, top (labels with p), text, at, head. Confirm or correct
+    one with ``label ID LABEL``: that records a correction and takes it off the queue."""
+    for item in review.queue(client, limit=config.resolve(ReviewOptions, args).limit):
+        print(json.dumps(item.to_dict(), ensure_ascii=False))
+    return 0
+
+
 def cmd_heads(client: Client, args: argparse.Namespace) -> int:
     versions = client.head_versions()
     if config.resolve(TableOptions, args).json:
@@ -256,10 +275,13 @@ def cmd_heads(client: Client, args: argparse.Namespace) -> int:
     if not versions:
         print("no head published", file=sys.stderr)
         return 0
-    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  BY")
+    print(f"{'VERSION':>7}  {'PUBLISHED (UTC)':<19}  {'BYTES':>9}  {'SHA256':<12}  {'BY':<10}  GATE")
     for v in versions:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(v.at))
-        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or ''}")
+        g = v.gate or {}
+        gate = f"{g['candidate']:.1%} vs {g['current']:.1%}" if "candidate" in g else ""
+        gate += " (forced)" if g.get("forced") else ""
+        print(f"{v.version:>7}  {when:<19}  {v.size:>9}  {v.sha256[:12]:<12}  {v.by or '':<10}  {gate}")
     return 0
 
 

@@ -320,7 +320,13 @@ class Client:
         problem = label_problem(ticket_id, label, by)
         if problem:
             raise LabelError(problem)
-        keys = [self.keys.results, self.keys.text(ticket_id), self.keys.labels, self.keys.labelset]
+        keys = [
+            self.keys.results,
+            self.keys.text(ticket_id),
+            self.keys.labels,
+            self.keys.labelset,
+            self.keys.review,
+        ]
         try:
             raw = self._label(keys=keys, args=[ticket_id, label, by or ""])
         except redis.ResponseError as exc:
@@ -344,12 +350,12 @@ class Client:
         for c in self.correction_records():
             yield c.id, c.text, c.label
 
-    def publish_head(self, data: bytes, *, by: str | None = None) -> str:
+    def publish_head(self, data: bytes, *, by: str | None = None, gate: dict[str, Any] | None = None) -> str:
         """Store a head file's bytes as the current head, versioned; returns the new version.
 
         Workers check the version before every claim and load the new head at their next drain. The
         bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
-        mismatched head, logs ``head_rejected`` and keeps the one it has.
+        mismatched head, logs ``head_rejected`` and keeps the one it has. ``gate`` goes in ``P:heads``.
         """
         if not data:
             raise ValueError("empty head")
@@ -360,8 +366,7 @@ class Client:
             "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
         }
-        if by:
-            entry["by"] = by
+        entry |= {k: v for k, v in (("by", by), ("gate", gate)) if v}
         keys = [self.keys.head_seq, self.keys.head, self.keys.heads]
         out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
         return out.decode() if isinstance(out, bytes) else str(out)

@@ -1,12 +1,13 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
--- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels, 4 (optional) P:labelset.
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels, 4 (optional) P:labelset, 5 (optional) P:review (a labelled
+--   ticket leaves the review queue, confirmed or corrected).
 -- ARGV: 1 ticket id, 2 label, 3 by (optional).
--- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset , T-1 billing alice
+-- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset ticketq:review , T-1 billing alice
 -- The label must be one of the task's: P:labelset (written by every worker at start) when it exists, else
 -- the labels of the ticket's result while the result is kept; so a result that was trimmed no longer lets
 -- any label through.
 -- Atomic: the checks and the write see one state; nothing is written when a check fails.
--- Cost: O(1): a GET, an HGET, a SISMEMBER, one cjson decode of a result and one encode.
+-- Cost: O(log n): a GET, an HGET, a SISMEMBER, a ZREM, one cjson decode of a result and one encode.
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
 local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
 if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
@@ -44,4 +45,5 @@ record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
 if by ~= '' then record.by = by end
 local out = cjson.encode(record)
 redis.call('HSET', KEYS[3], id, out)
+if KEYS[4] then redis.call('ZREM', KEYS[4], id) end
 return out

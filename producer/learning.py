@@ -72,16 +72,30 @@ class HeadVersion:
     size: int  # bytes; "bytes" on the wire
     sha256: str
     by: str | None = None
+    # the publish gate's comparison with the head it replaced (worker/gate.py, Comparison.summary):
+    # {candidate, current, candidate_corrections, current_corrections, n, corrections, forced}; None when
+    # it was published without one (publish-head, an older ticketq, or no head in use before it)
+    gate: dict[str, Any] | None = None
 
     def to_json(self) -> str:
-        out = {"version": self.version, "at": round(self.at, 3), "bytes": self.size, "sha256": self.sha256}
-        return json.dumps({**out, "by": self.by} if self.by is not None else out)
+        out: dict[str, Any] = {"version": self.version, "at": round(self.at, 3), "bytes": self.size}
+        out["sha256"] = self.sha256
+        extra = {"by": self.by, "gate": self.gate}
+        return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> HeadVersion:
         obj = json.loads(raw)
         at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
-        return cls(str(obj["version"]), at, size, sha, opt_str(obj.get("by")))
+        gate = obj.get("gate")
+        return cls(
+            str(obj["version"]),
+            at,
+            size,
+            sha,
+            opt_str(obj.get("by")),
+            gate if isinstance(gate, dict) else None,
+        )
 
 
 def opt_str(value: Any) -> str | None:

@@ -35,6 +35,8 @@ key                        type    what                                         
 ``P:labelset``             set     the task's labels, written by each worker; label.lua checks  at start
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
+``P:review``               zset    ids of ``"review": true`` results by confidence; labelling,  labelled,
+                                   trim or ``MAX_REVIEW`` (most confident go first) remove ids. trimmed
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -77,6 +79,7 @@ VERSION = 1
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 16_384
 DEFAULT_PREFIX = "ticketq"
+MAX_REVIEW = 10_000  # ids kept in P:review; past it the most confident go (the least teach the most)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,10 @@ class Keys:
     @property
     def head_seq(self) -> str:
         return f"{self.prefix}:head:seq"
+
+    @property
+    def review(self) -> str:
+        return f"{self.prefix}:review"
 
     def text(self, ticket_id: str) -> str:
         return f"{self.prefix}:text:{ticket_id}"
@@ -245,6 +252,9 @@ class Result:
     # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
     method: str | None = None
     head: str | None = None
+    # Optional: scores[label] (calibrated when the head is); review (written when true): below the threshold
+    confidence: float | None = None
+    review: bool = False
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -262,27 +272,18 @@ class Result:
             out["queued_s"] = round(self.queued_s, 3)
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
-        extra = {"method": self.method, "head": self.head}
+        conf = None if self.confidence is None else round(self.confidence, 4)
+        extra = {"method": self.method, "head": self.head, "confidence": conf, "review": self.review or None}
         # Strict (raises Unwritable): NaN scores or a field that is not UTF-8 never reach Redis.
         return dumps_strict({**out, **{k: v for k, v in extra.items() if v is not None}})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
         obj = json.loads(raw)
-        return cls(
-            id=obj["id"],
-            label=obj["label"],
-            scores=obj["scores"],
-            model=obj.get("model", ""),
-            digest=obj.get("digest", ""),
-            fields=obj.get("fields", {}),
-            worker=obj.get("worker", ""),
-            at=obj.get("at", 0.0),
-            queued_s=obj.get("queued_s"),
-            took_s=obj.get("took_s"),
-            method=obj.get("method"),
-            head=obj.get("head"),
-        )
+        defaults = {"model": "", "digest": "", "fields": {}, "worker": "", "at": 0.0}
+        optional = ("queued_s", "took_s", "method", "head", "confidence")  # None when absent
+        given = {k: obj.get(k, v) for k, v in defaults.items()} | {k: obj.get(k) for k in optional}
+        return cls(obj["id"], obj["label"], obj["scores"], **given, review=obj.get("review") is True)
 
 
 @dataclass(frozen=True)
@@ -390,10 +391,7 @@ class Event:
             obj = json.loads(raw)
         except (ValueError, RecursionError):
             return cls()
-        if not isinstance(obj, dict):
-            return cls()
-        ids = obj.get("ids")
-        dead = obj.get("dead")
+        ids, dead = (obj.get("ids"), obj.get("dead")) if isinstance(obj, dict) else (None, None)
         return cls(
             ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
             dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},

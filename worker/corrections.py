@@ -2,9 +2,13 @@
 
 Corrections are what people and services recorded with ``ticketq-producer label`` (``P:labels``). Each
 carries the ticket's text, copied when the label was set, so training does not depend on the TTL of
-``P:text:<id>``. ``--tickets FILE`` adds labelled rows; an id in both keeps the correction, the newer
-and human word. ``--publish`` stores the head in ``P:head``, versioned; every running worker loads it
-at its next drain (:mod:`worker.headwatch`). No torch here: data plumbing, testable with Redis alone.
+``P:text:<id>``. Corrections add to what the head already knows: they are trained on together with the
+task's base data (``--tickets FILE`` when given, else the task's ``head_data``, the rows its own head was
+trained from); an id in both keeps the correction, the newer and human word. ``--corrections-only`` trains
+on the corrections alone (a head that knows only them: rarely what you want). ``--publish`` stores the head
+in ``P:head``, versioned, once the publish gate (:mod:`worker.gate`) found it no worse than the head in
+use; every running worker loads it at its next drain (:mod:`worker.headwatch`). No torch here: data
+plumbing, testable with Redis alone.
 """
 
 from __future__ import annotations
@@ -56,7 +60,16 @@ class CorrectionsOptions(RedisOptions):
 
     from_redis: bool = option(
         False,
-        help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
+        help="train on the corrections recorded in Redis (ticketq-producer label) added to the base data: "
+        "--tickets, else the task's head_data",
+    )
+    corrections_only: bool = option(
+        False,
+        help="with --from-redis: train on the corrections alone, without the task's base data (head_data)",
+    )
+    force: bool = option(
+        False,
+        help="publish even when the publish gate finds the new head worse than the head in use",
     )
     publish: bool = option(
         False,
@@ -88,6 +101,15 @@ def client(options: CorrectionsOptions) -> Client:
 def read_corrections(source: Client) -> list[Correction]:
     """Every correction in ``P:labels``, oldest first (a stable order makes training reproducible)."""
     return sorted(source.correction_records(), key=lambda c: (c.at, c.id))
+
+
+def base_source(tickets: str | None, head_data: str | None, corrections_only: bool) -> str | None:
+    """The file whose rows the corrections are added to: ``--tickets``, else the task's ``head_data``
+    (None when the task names none). With ``--corrections-only`` (which ``--tickets`` contradicts) the
+    head learns from the corrections alone, and the base rows are the publish gate's evidence only."""
+    if corrections_only and tickets:
+        raise CorrectionsError("--corrections-only trains on the corrections alone: drop --tickets")
+    return tickets or head_data
 
 
 def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:

@@ -39,6 +39,17 @@ class Metrics:
         self.dead = Counter(
             "ticketq_dead_letters", "Dead letters written, by reason", ["reason"], registry=reg
         )
+        self.review = Counter(
+            "ticketq_review",
+            "Tickets labelled, by whether they were marked for review (below the threshold) or decided "
+            "automatically",
+            ["decision"],
+            registry=reg,
+        )
+        self.review_threshold = Gauge(
+            "ticketq_review_threshold", "Confidence below which results need review (-1: none)", registry=reg
+        )
+        self.review_threshold.set(-1)
         self.redelivered = Counter(
             "ticketq_redelivered", "Payloads seen again after their result was written", registry=reg
         )

@@ -31,10 +31,15 @@ def check(settings: Settings) -> tuple[str, ...]:
         redis.connection.parse_url(settings.redis_url)
     except ValueError as exc:
         raise ConfigError(f"redis-url: {exc}") from None
+    from worker.engine.task import REVIEW_ROUTE  # tomllib only, no torch
+
     labels = _labels(settings)
-    unknown = [label for label, _ in settings.routes if label not in labels]
+    unknown = [label for label, _ in settings.routes if label not in labels and label != REVIEW_ROUTE]
     if unknown:
-        raise ConfigError(f"route: unknown label(s) {', '.join(unknown)}; labels are {', '.join(labels)}")
+        raise ConfigError(
+            f"route: unknown label(s) {', '.join(unknown)}; labels are {', '.join(labels)} "
+            f"(and {REVIEW_ROUTE!r}, for tickets that need review)"
+        )
     return labels
 
 

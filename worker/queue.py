@@ -28,6 +28,7 @@ from redis.client import Pipeline
 from producer import scripts
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
+    MAX_REVIEW,
     DeadLetter,
     Event,
     Keys,
@@ -273,6 +274,9 @@ class RedisQueue:
             pipe.lrem(self.inflight, 1, _any(item.raw))
         if released:
             pipe.hdel(self.keys.attempts, *{payload_digest(i.raw) for i in released})
+        if unsure := {f.result.id: f.result.confidence or 0.0 for f in report.fresh if f.result.review}:
+            pipe.zadd(self.keys.review, unsure)
+            pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, -1)  # past the bound, the most confident go
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
         event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})
@@ -338,7 +342,7 @@ class RedisQueue:
         if not self.keep_results_s and not self.max_dead:
             return 0
         cutoff = "" if not self.keep_results_s else repr((now or time.time()) - self.keep_results_s)
-        keys = [self.keys.done, self.keys.results, self.keys.dead]
+        keys = [self.keys.done, self.keys.results, self.keys.dead, self.keys.review]
         return int(self._trim(keys=keys, args=[cutoff, _TRIM_BATCH, self.max_dead]))
 
     def refresh_slots(self) -> None:

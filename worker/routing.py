@@ -10,6 +10,10 @@ written without importing ticketq):
 - ``ticket``: ``{"id", "text", "fields"}``
 - ``result``: the :class:`~producer.protocol.Result` JSON as a dict
 
+A ticket whose result needs review (``"review": true``, see :mod:`worker.review`) goes to the route named
+``review`` instead, when one is configured (``--route review=QUEUE`` or ``review = "QUEUE"`` in the task's
+``[routes]``).
+
 RQ's own keys (``rq:*``) do not share ticketq's hash tag, so routing is for plain (non-cluster) Redis.
 """
 
@@ -25,6 +29,7 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from worker.engine.task import REVIEW_ROUTE
 from worker.queue import Finished
 
 
@@ -58,8 +63,10 @@ class Router:
         MULTI needs (``enqueue(pipeline=...)`` reads from Redis and fails inside one).
         """
         by_queue: dict[str, list[Finished]] = {}
+        review = self.routes.get(REVIEW_ROUTE)
         for item in fresh:
-            name = self.routes.get(item.result.label)
+            # a ticket that needs review goes to the review route, when there is one, not its label's
+            name = review if item.result.review and review else self.routes.get(item.result.label)
             if name is not None:
                 by_queue.setdefault(name, []).append(item)
         for name, items in by_queue.items():

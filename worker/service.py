@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from producer.exitcodes import Exit
+from worker import review
 from worker.contract import Classifier
 from worker.engine.types import BatchStats
 from worker.errors import Backoff, FatalError, TransientError
@@ -42,6 +43,7 @@ from worker.heartbeat import Heartbeat
 from worker.logs import get_logger
 from worker.metrics import Metrics
 from worker.queue import AckHook, AckReport, RedisQueue
+from worker.review import Threshold
 from worker.settings import Settings
 from worker.stage import Outcome, process
 from worker.startcheck import publish_labels
@@ -95,6 +97,7 @@ class Service:
         self._signal_name = ""  # set by the handler, logged by the loop (never from inside the handler)
         self._next_gauges = 0.0
         self._head_seen: object = object()  # nothing seen yet: the first drain (or start) reports
+        self._review_seen: Threshold | None = None
         self._log = get_logger("worker.service")
 
     # -- control ---------------------------------------------------------------------------------------
@@ -241,7 +244,12 @@ class Service:
     def _drain(self, claimed: list[bytes]) -> None:
         began = time.perf_counter()
         verdict = process(
-            claimed, self.classifier, self.queue.worker_id, on_pass=self._on_pass, claimed_at=time.time()
+            claimed,
+            self.classifier,
+            self.queue.worker_id,
+            on_pass=self._on_pass,
+            claimed_at=time.time(),
+            review=self._review_threshold(),
         )
         for err in verdict.engine_errors:
             self._log.error("engine_error", error=err)
@@ -251,6 +259,15 @@ class Service:
         self._record(verdict, report, seconds)
         self._log_drain(claimed, verdict, report, seconds)
         self._retry(self.queue.trim)
+
+    def _review_threshold(self) -> Threshold:
+        """Resolved per drain (a published head may bring its own); logged when it changes."""
+        threshold = review.resolve(self.settings.review_below, self.classifier)
+        if threshold != self._review_seen:
+            self._review_seen = threshold
+            self._log.info("review_threshold", threshold=threshold.value, source=threshold.source)
+            self.metrics.review_threshold.set(-1 if threshold.value is None else threshold.value)
+        return threshold
 
     def _on_pass(self, b: BatchStats) -> None:
         """Each forward pass as it ends: the watchdog hears of progress, logs and metrics show it live."""
@@ -269,6 +286,11 @@ class Service:
 
     def _record(self, verdict: Outcome, report: AckReport, seconds: float) -> None:
         labels = [f.result.label for f in report.fresh]  # first results only: redeliveries count apart
+        marked = sum(f.result.review for f in report.fresh)
+        if marked:
+            self.metrics.review.labels("review").inc(marked)
+        if len(report.fresh) > marked:
+            self.metrics.review.labels("auto").inc(len(report.fresh) - marked)
         passes = [(b.seconds, b.real_tokens, b.padded_tokens) for b in verdict.stats]
         self.metrics.observe_drain(
             seconds, labels, [d.reason for d in report.dead], len(report.redelivered), passes

@@ -118,6 +118,13 @@ class Settings(RedisOptions):
     strict: bool = setting(
         False, help="refuse to start (exit 2) unless Redis's `maxmemory-policy` is `noeviction`"
     )
+    review_below: float | None = setting(
+        None,
+        help='results less confident than this need review (`"review": true`, `P:review`); overrides the '
+        "task's `review_below` and `auto_accuracy` (worker/review.py)",
+        shown="the task's",
+        check=between(0, 1, "(a probability)"),
+    )
 
     def __post_init__(self) -> None:
         found = config.problems(self) + self._cross_problems()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
 from worker.contract import Classifier, Finished, Rejected
+from worker.review import Threshold
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
     from worker.engine.types import BatchStats, Prediction
@@ -53,8 +54,10 @@ def process(
     *,
     on_pass: OnPass | None = None,
     claimed_at: float | None = None,
+    review: Threshold | None = None,
 ) -> Outcome:
-    """``claimed_at`` (unix seconds, default now) times each result's ``queued_s`` and ``took_s``."""
+    """``claimed_at`` (unix seconds, default now) times each result's ``queued_s`` and ``took_s``;
+    results less confident than ``review`` are marked for review."""
     claimed = time.time() if claimed_at is None else claimed_at
     good, bad = decode_all(payloads, worker_id)
     out = Outcome(rejected=bad)
@@ -62,7 +65,7 @@ def process(
         return out
 
     def finish(raw: bytes, ticket: Ticket, prediction: Prediction) -> Finished:
-        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed)
+        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, review)
 
     try:
         predictions, stats = _classify(classifier, [t.text for _, t in good], on_pass)
@@ -114,8 +117,10 @@ def _finish(
     model: str,
     worker_id: str,
     claimed_at: float,
+    review: Threshold | None = None,
 ) -> Finished:
     now = time.time()
+    confidence = prediction.scores.get(prediction.label)
     queued = None if ticket.enqueued_at is None else max(0.0, claimed_at - ticket.enqueued_at)
     result = Result(
         id=ticket.id,
@@ -131,6 +136,8 @@ def _finish(
         # how the label was decided, and by which head (its published version, else its id)
         method=getattr(prediction, "method", None),
         head=getattr(prediction, "head", None),
+        confidence=confidence,
+        review=confidence is not None and review is not None and review.needs_review(confidence),
     )
     return Finished(raw, ticket, result)
 

@@ -10,16 +10,21 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
-``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
-a correction replaces the row with its id); ``--publish`` stores the head in Redis, versioned, and every
-running worker loads it at its next drain, without a restart (see :mod:`worker.corrections`).
+``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
+base data (``--tickets`` when given, else the task's ``head_data``; a correction replaces the row with its
+id; ``--corrections-only``: the corrections alone). ``--publish`` first compares the new head with the one
+the workers use, out of fold on the same tickets (:mod:`worker.gate`), and publishes it only if it is not
+worse (``--force``: anyway); every running worker loads it at its next drain, without a restart (see
+:mod:`worker.corrections`).
 
-Exit codes: :mod:`producer.exitcodes` (a head that does not fit the model is a bad input, ``CONFIG``).
+Exit codes: :mod:`producer.exitcodes` (a head that does not fit the model is a bad input, ``CONFIG``;
+the publish gate refusing a head, ``HEAD_WORSE``: written to ``--out`` if given, not published).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -63,6 +68,9 @@ def run(ns: argparse.Namespace) -> int:
 
     source = ns.tickets or ""
     corrected: dict[int, str | None] = {}
+    ids: list[str] = []
+    base_sha256: str | None = None
+    published: tuple[str, bytes] | None = None
     try:
         args = config.resolve(TrainOptions, ns)
         options = replace(args.engine, head=NO_HEAD)  # train with features, not a head
@@ -71,8 +79,15 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
         if not (args.out or store.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
+        if store.corrections_only and not store.from_redis:
+            raise DataError("--corrections-only needs --from-redis")
         task = load_task(options.task)
-        items = read_items(args.tickets) if args.tickets else []
+        base = args.tickets
+        if store.from_redis:
+            base = corrections.base_source(args.tickets, task.head_data, store.corrections_only)
+        items = read_items(base) if base else []
+        if base:
+            base_sha256 = hashlib.sha256(Path(base).read_bytes()).hexdigest()
         if store.from_redis or store.publish:
             redis_client = corrections.client(store)
         if store.from_redis:
@@ -81,8 +96,11 @@ def run(ns: argparse.Namespace) -> int:
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
-                f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
+                f" + {found.from_file} rows of {base}" if base else " alone (no base data)"
             )
+        if store.from_redis or store.publish:
+            published = redis_client.current_head()
+        ids = [it.id for it in items]
         check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
@@ -91,25 +109,72 @@ def run(ns: argparse.Namespace) -> int:
             )
     except ValueError as exc:  # bad options, task file, tickets file or labels
         return fail(str(exc))
+    except OSError as exc:
+        return fail(f"cannot read the base data: {exc.strerror or exc}")
     except redis.RedisError as exc:
         return fail(f"Redis: {type(exc).__name__}: {exc}", for_redis_error(exc))
     out = Path(args.out) if args.out else None
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
+    from worker.engine.features import Recipe
     from worker.engine.training import train_head
     from worker.evaluate import load_engine
 
     engine = load_engine("train", options)
     if isinstance(engine, int):
         return engine
+    texts = [it.text for it in items]
+    recipe = Recipe.default(engine.n_layers)
+    # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
+    # then the gate's evidence only)
+    learn = [row in corrected or not store.corrections_only for row in range(len(items))]
+    picked = [row for row, use in enumerate(learn) if use]
     start = time.perf_counter()
     with Progress() as progress:
-        head = train_head(
-            engine, [it.text for it in items], labels, seed=args.seed, progress=progress, corrected=corrected
-        )
+        x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
+        try:
+            head = train_head(
+                engine,
+                [texts[row] for row in picked],
+                [labels[row] for row in picked],
+                seed=args.seed,
+                progress=progress,
+                corrected={picked.index(row): was for row, was in corrected.items()},
+                recipe=recipe,
+                features=x[picked],
+            )
+        except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
+            return fail(str(exc))
     seconds = time.perf_counter() - start
+    head.training["data"] = {  # what it learnt from: the publish gate refits the head in use from this
+        "base": Path(base).name if base and not store.corrections_only else None,
+        "base_sha256": None if store.corrections_only else base_sha256,
+        "base_rows": len(picked) - len(corrected),
+        "corrections": sorted(ids[row] for row in corrected),
+    }
     print(report(head, engine.describe(), source, seconds))
+    comparison = None
+    if store.from_redis or store.publish:
+        comparison = _gate(
+            engine,
+            published,
+            texts,
+            x,
+            recipe,
+            labels,
+            ids,
+            corrected,
+            base,
+            base_sha256,
+            head,
+            args,
+            learn,
+            store.force,
+        )
+        if comparison is not None:
+            head.training["gate"] = comparison.to_dict()
+            print("\n".join(["", *comparison.lines()]))
     if out is not None:
         try:
             head.save(out)
@@ -117,14 +182,91 @@ def run(ns: argparse.Namespace) -> int:
             return fail(f"cannot write {out}: {exc.strerror or exc}", Exit.FAILED)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
     if store.publish:
+        if comparison is not None and comparison.refused and not store.force:
+            return fail(
+                "not published: the new head is worse than the head in use (see the comparison above); "
+                "--force publishes it anyway",
+                Exit.HEAD_WORSE,
+            )
         try:
-            version = redis_client.publish_head(head.to_bytes(), by=store.by)
+            gate = comparison.summary() if comparison is not None else None
+            version = redis_client.publish_head(head.to_bytes(), by=store.by, gate=gate)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", for_redis_error(exc))
         except ValueError as exc:
             return fail(f"cannot publish the head: {exc}", Exit.FAILED)
         print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0
+
+
+def _gate(
+    engine: Any,
+    published: tuple[str, bytes] | None,
+    texts: list[str],
+    x: Any,
+    recipe: Any,
+    labels: list[str],
+    ids: list[str],
+    corrected: dict[int, str | None],
+    base: str | None,
+    base_sha256: str | None,
+    head: Any,
+    args: TrainOptions,
+    learn: list[bool],
+    force: bool,
+) -> Any:
+    """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
+    with (workers run zero-shot). One that cannot be compared (the head in use unreadable, a label with a
+    single ticket) is refused: unjudged is how issue 24's 49% head got out."""
+    from worker import gate
+
+    def unjudged(name: str, why: str) -> Any:
+        side = gate.Side(0.0, None, {})
+        reasons = [f"cannot compare it with the head in use: {why}"]
+        return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
+
+    try:
+        found = gate.head_in_use(engine, published)
+    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
+        return unjudged("the task's head", str(exc))
+    if found is None:
+        print("\npublish gate: no head in use (zero-shot): nothing to compare with")
+        return None
+    current, name, from_head_data = found
+    # the task's own head was trained on exactly the evidence's base rows when the base is its head_data
+    own = (
+        from_head_data and base is not None and Path(base).resolve() == Path(engine.task.head_data).resolve()
+    )
+    rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
+    try:
+        comparison = gate.compare_with(
+            gate.InUse(current, name, rows),
+            engine,
+            texts,
+            x,
+            recipe,
+            labels,
+            corrected,
+            candidate_rows=learn,
+            l2=head.training["l2"],
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        return unjudged(name, str(exc))
+    if comparison.refused and force:
+        comparison = replace(comparison, forced=True)
+    return comparison
+
+
+def _counter(progress: Progress, total: int) -> Any:
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        progress("features", done, total)
+
+    return step
 
 
 class Progress:

@@ -71,6 +71,8 @@ async def label(request: Request) -> Response:
         await run_in_threadpool(st.client.label, ticket_id, name, by=f"dashboard:{who}")
     except LabelError as exc:
         return PlainTextResponse(str(exc), status_code=422)
+    if form.get("back") == "review":  # from the review page: back to the queue, the next one on top
+        return RedirectResponse("/review", status_code=303)
     if "hx-request" not in request.headers:  # a browser without JavaScript: back to the ticket
         return RedirectResponse(f"/tickets/{quote(ticket_id, safe='')}", status_code=303)
     row = await run_in_threadpool(data.row, st.client, ticket_id)

@@ -55,6 +55,7 @@ ROUTES = [
     Route("/api/history", pages.history_json),
     Route("/results", pages.results_page),
     Route("/tickets/{ticket_id:path}", pages.ticket_page),
+    Route("/review", pages.review_page),
     Route("/dead", pages.dead_page),
     Route("/login", actions.login, methods=["GET", "POST"]),
     Route("/logout", actions.logout, methods=["POST"]),

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from producer import review
 from producer.client import Client
 from producer.dashboard.data import as_text
 from producer.protocol import Result
@@ -46,6 +47,8 @@ class Overview:
     rate: float  # tickets/s over the last minute
     labels: dict[str, int]  # label -> results, over the last WINDOW_S, most frequent first
     labels_complete: bool = True  # False while the sampler is still reading the window's past labels
+    review: int = 0  # tickets waiting for a person (P:review)
+    review_oldest_s: float | None = None  # age of the oldest result among them (bounded: MAX_REVIEW ids)
 
     @property
     def alive(self) -> int:
@@ -64,6 +67,8 @@ class Overview:
             "rate": self.rate,
             "labels": self.labels,
             "labels_complete": self.labels_complete,
+            "review": self.review,
+            "review_oldest_s": self.review_oldest_s,
         }
 
 
@@ -87,6 +92,7 @@ def sample(client: Client, history: History, now: float | None = None) -> Overvi
             )
         )
     history.update(client, stats.waiting, now)
+    unsure, unsure_age = review.summary(client, now)
     out = Overview(
         at=now,
         waiting=stats.waiting,
@@ -98,6 +104,8 @@ def sample(client: Client, history: History, now: float | None = None) -> Overvi
         rate=client.redis.zcount(client.keys.done, now - 60.0, now) / 60.0,
         labels=history.label_totals(),
         labels_complete=history.caught_up,
+        review=unsure,
+        review_oldest_s=unsure_age,
     )
     history.keep(out)
     return out

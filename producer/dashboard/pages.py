@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from producer import review
 from producer.dashboard import data, heads, overview
 from producer.dashboard.security import Refused
 from producer.dashboard.web import render, state
@@ -131,6 +132,19 @@ async def ticket_page(request: Request) -> Response:
         head=head,
         low_confidence=st.config.low_confidence,
     )
+
+
+REVIEW_ROWS = 100  # the least confident shown at once; labelling them brings the next ones up
+
+
+async def review_page(request: Request) -> Response:
+    """The tickets that need a person, least confident first: confirm or correct each in one click (both
+    record a correction, which takes the ticket off the queue)."""
+    st = state(request)
+    items = await run_in_threadpool(review.queue, st.client, REVIEW_ROWS)
+    size, oldest = await run_in_threadpool(review.summary, st.client)
+    labels = sorted({name for item in items if item.result for name in item.result.scores})
+    return render(request, "review.html", items=items, size=size, oldest=oldest, labels=labels)
 
 
 async def dead_page(request: Request) -> Response:

@@ -133,3 +133,29 @@ def test_jobs_are_part_of_the_ack_transaction(r: redis.Redis, keys: Keys, rq_que
 def test_routes_without_a_handler_are_refused(r: redis.Redis) -> None:
     with pytest.raises(ValueError, match="handler"):
         Router(r, {"billing": "q"}, "")
+
+
+def test_tickets_that_need_review_go_to_the_review_route(
+    redis_url: str, r: redis.Redis, keys: Keys, rq_queue: str
+) -> None:
+    raws = payloads(keys.prefix)
+    r.lpush(keys.tickets, *raws)
+    people = f"{rq_queue}-review"
+    router = Router(r, {"billing": rq_queue, "review": people}, "routing_handlers.record")
+    settings = Settings(
+        redis_url=redis_url, prefix=keys.prefix, worker_id="w1", burst=True, review_below=0.999
+    )
+    service = Service(settings, RedisQueue(connect(redis_url), keys, "w1"), FakeClassifier(), hook=router)
+    with capture_logs():
+        assert service.run() == 0
+    try:
+        assert Queue(rq_queue, connection=r, serializer=JSONSerializer).count == 0  # not the label's queue
+        assert Queue(people, connection=r, serializer=JSONSerializer).count == 4
+        assert r.zcard(keys.review) == 4
+        assert service.metrics.review.labels("review")._value.get() == 4
+    finally:
+        jobs = Queue(people, connection=r, serializer=JSONSerializer).get_job_ids()
+        for pattern in [f"rq:*{people}*", *(f"rq:*{j}*" for j in jobs)]:
+            stale = list(r.scan_iter(match=pattern, count=1000))
+            if stale:
+                r.delete(*stale)

@@ -63,3 +63,15 @@ def test_training_set_needs_data_and_lets_corrections_replace_file_rows() -> Non
     data = training_set([Correction("f1", "billing", "new text")], rows)
     assert data.texts == ["new text", "text"] and data.counts() == {"billing": 2}
     assert (data.from_redis, data.from_file) == (1, 1)
+
+
+def test_corrections_are_added_to_the_tasks_base_data_unless_asked_otherwise() -> None:
+    from worker.corrections import base_source
+
+    assert base_source(None, "/task/head_train.csv", False) == "/task/head_train.csv"
+    assert base_source("mine.csv", "/task/head_train.csv", False) == "mine.csv"  # --tickets wins
+    assert base_source(None, None, False) is None  # a task without head_data: the corrections alone
+    # --corrections-only: the head learns the corrections alone; the base data is still the gate's evidence
+    assert base_source(None, "/task/head_train.csv", True) == "/task/head_train.csv"
+    with pytest.raises(CorrectionsError, match="drop --tickets"):
+        base_source("mine.csv", None, True)

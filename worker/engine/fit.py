@@ -133,3 +133,29 @@ def fit(
         cv_by_l2=cv,
         cv_predicted=out_of_fold.get(best),
     )
+
+
+def cross_predict(
+    features: torch.Tensor,
+    y: Sequence[int],
+    classes: int,
+    *,
+    l2: float,
+    fold: Sequence[int],
+    train: Sequence[bool] | None = None,
+) -> list[int]:
+    """Out-of-fold predictions on given folds: each row predicted by a model fitted at ``l2`` on the rows
+    of the other folds that ``train`` selects (all of them when None). Two training sets judged on the
+    same folds and labels (the publish gate, :mod:`worker.gate`) compare fairly."""
+    x = features.to(torch.float64).cpu()
+    target = torch.tensor(list(y), dtype=torch.long)
+    folds = torch.tensor(list(fold), dtype=torch.long)
+    use = torch.ones(len(target), dtype=torch.bool) if train is None else torch.tensor(list(train))
+    predicted = torch.empty_like(target)
+    for f in sorted(set(folds.tolist())):
+        rows, test = use & (folds != f), folds == f
+        if not bool(rows.any()):
+            raise ValueError(f"fold {f}: no training rows left")
+        w, b = _train(x[rows], target[rows], classes, l2)
+        predicted[test] = (x[test] @ w.T + b).argmax(1)
+    return predicted.tolist()

@@ -18,6 +18,8 @@ DEFAULT_TASK_PATH = Path(__file__).with_name("default_task.toml")
 # labels whatever the ticket says. Scoring these content-free tickets measures that bias once per
 # task; it is subtracted from every ticket's label scores before the decision.
 CONTENT_FREE = ("N/A", "[empty]", "...")
+# The route (in [routes] or --route) that tickets needing review go to instead of their label's queue.
+REVIEW_ROUTE = "review"
 
 
 class TaskError(ValueError):
@@ -42,6 +44,11 @@ class Task:
     route_handler: str | None = None  # dotted path RQ workers call for routed tickets
     head: str | None = None  # a trained head file the task ships with (absolute once loaded)
     head_data: str | None = None  # labelled tickets to train the task's head from on first use (cached)
+    # Which results need a person (worker/review.py): below this confidence a result carries "review":
+    # true and enters P:review; or, with auto_accuracy, the threshold the head's training chose to keep
+    # auto-routed tickets that accurate. At most one of the two; --review-below overrides both.
+    review_below: float | None = None
+    auto_accuracy: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.labels) < 2:
@@ -57,8 +64,13 @@ class Task:
             if not ex.text.strip():
                 raise TaskError("an example has empty text")
         for label in self.routes:
-            if label not in self.labels:
+            if label not in self.labels and label != REVIEW_ROUTE:
                 raise TaskError(f"route for unknown label {label!r}; labels are {list(self.labels)}")
+        if self.review_below is not None and self.auto_accuracy is not None:
+            raise TaskError("review_below and auto_accuracy: give one (a threshold, or the accuracy)")
+        for name, value in (("review_below", self.review_below), ("auto_accuracy", self.auto_accuracy)):
+            if value is not None and not 0.0 < value < 1.0:
+                raise TaskError(f"{name} must be between 0 and 1 (exclusive), got {value}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
@@ -74,9 +86,20 @@ class Task:
                 route_handler=data.get("route_handler"),
                 head=data.get("head"),
                 head_data=data.get("head_data"),
+                review_below=_probability(data, "review_below"),
+                auto_accuracy=_probability(data, "auto_accuracy"),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
+
+
+def _probability(data: dict[str, Any], name: str) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TaskError(f"{name} must be a number between 0 and 1, got {value!r}")
+    return float(value)
 
 
 def load_task(path: str | Path | None = None) -> Task:

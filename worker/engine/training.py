@@ -81,13 +81,15 @@ def train_head(
     progress: Progress | None = None,
     recipe: Recipe | None = None,
     corrected: Mapping[int, str | None] | None = None,
+    features: torch.Tensor | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
     Every label must be one of the task's, and at least two must occur. A task label with no ticket gets
     a head row that never wins (and ``training["missing"]`` names it). ``corrected`` maps the rows that are
     people's corrections to the label the worker had given (None: unknown); the head then records how
-    often those labels were right before (the worker's) and after (the new head, out of fold)."""
+    often those labels were right before (the worker's) and after (the new head, out of fold). ``features``:
+    the texts' features at ``recipe``, when the caller has them already (the publish gate reuses them)."""
     if len(texts) != len(labels):
         raise TrainingError(f"{len(texts)} texts but {len(labels)} labels")
     task_labels = list(engine.task.labels)
@@ -101,7 +103,7 @@ def train_head(
         if progress:
             progress("features", done, len(texts))
 
-    x, _ = engine.features(texts, recipe, progress=step)
+    x = features if features is not None else engine.features(texts, recipe, progress=step)[0]
     present = [lab for lab in task_labels if lab in set(labels)]
     y = [present.index(lab) for lab in labels]
     result = fit(

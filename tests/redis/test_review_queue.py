@@ -1,0 +1,69 @@
+"""The review queue end to end on a real Redis: the ack queues unsure results in P:review, labelling and
+trimming take them off, a review route takes them from their label's queue, the producer reads it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import redis
+from support import finished, run_producer_cli
+
+from producer import review
+from producer.client import Client
+from producer.protocol import Keys, Result
+from worker.contract import Finished
+from worker.queue import RedisQueue
+
+pytestmark = pytest.mark.redis
+
+
+def unsure(i: int, confidence: float, marked: bool = True) -> tuple[bytes, Finished]:
+    raw = json.dumps({"id": f"r{i}", "text": f"my card {i} does something odd"}).encode()
+    item = finished(raw)
+    scores = {"billing": confidence, "technical": (1 - confidence) * 0.6, "account": (1 - confidence) * 0.4}
+    result = replace(item.result, scores=scores, confidence=confidence, review=marked)
+    return raw, Finished(raw, item.ticket, result)
+
+
+def ack(r: redis.Redis, keys: Keys, items: list[tuple[bytes, Finished]], **kwargs: Any) -> RedisQueue:
+    q = RedisQueue(r, keys, "w1", keep_text_s=60, **kwargs)
+    r.lpush(keys.inflight("w1"), *[raw for raw, _ in items])
+    q.ack([f for _, f in items], [])
+    return q
+
+
+def test_unsure_results_are_queued_least_confident_first_and_leave_when_labelled(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    ack(r, keys, [unsure(1, 0.55), unsure(2, 0.41), unsure(3, 0.97, marked=False), unsure(4, 0.62)])
+    assert [m.decode() for m in r.zrange(keys.review, 0, -1)] == ["r2", "r1", "r4"]  # r3 was sure
+    stored = Result.from_json(r.hget(keys.results, "r2"))
+    assert stored.review and stored.confidence == 0.41
+    assert "review" not in json.loads(r.hget(keys.results, "r3"))  # written only when true
+    client = Client(r, keys.prefix)
+    items = review.queue(client, limit=2)
+    assert [i.id for i in items] == ["r2", "r1"]
+    assert items[0].top()[0] == ("billing", 0.41) and items[0].text == "my card 2 does something odd"
+    size, oldest = review.summary(client)
+    assert size == 3 and oldest is not None and 0 <= oldest < 60
+    client.label("r2", "technical", by="lead")  # a correction
+    client.label("r1", "billing", by="lead")  # a confirmation: also recorded, also off the queue
+    assert [m.decode() for m in r.zrange(keys.review, 0, -1)] == ["r4"]
+    assert {c.id: c.label for c in client.correction_records()} == {"r2": "technical", "r1": "billing"}
+    code, out, _ = run_producer_cli(redis_url, keys, "review")
+    assert code == 0 and [json.loads(line)["id"] for line in out.splitlines()] == ["r4"]
+
+
+def test_the_queue_is_bounded_and_trimmed_with_results(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import worker.queue
+
+    monkeypatch.setattr(worker.queue, "MAX_REVIEW", 2)
+    q = ack(r, keys, [unsure(1, 0.5), unsure(2, 0.3), unsure(3, 0.4)], keep_results_s=1.0)
+    assert [m.decode() for m in r.zrange(keys.review, 0, -1)] == ["r2", "r3"]  # the most confident went
+    assert q.trim(now=10**10) == 3
+    assert r.zcard(keys.review) == 0

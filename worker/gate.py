@@ -1,0 +1,313 @@
+"""The publish gate: a head trained from corrections is published only if it is not worse than the head the
+workers use now, judged on the same held-out evidence.
+
+The evidence is the training set of the candidate (the task's base data plus the corrections, a correction
+replacing the base row with its id). Both heads are judged out of fold on it, on the same folds: the
+candidate by heads fitted on the other folds (what cross-validation does anyway), the current head by heads
+fitted with *its* training rows from the other folds (its base data and the corrections it was trained on,
+as recorded in its file), so neither is flattered by rows it learnt. A current head whose training rows are
+not known (a head file, or one published by an older ticketq) is judged by its own predictions (``direct``):
+honest on the rows it never saw, flattered on those it did, so the gate errs towards refusing.
+
+Refused when the candidate's out-of-fold accuracy is more than :data:`MARGIN` below the current head's, or
+when it loses a class: recall at most :data:`LOST_RECALL` where the current head had at least
+:data:`HAD_RECALL`. ``--force`` publishes anyway. The comparison travels with the published head (its
+``training["gate"]`` and its ``P:heads`` entry), for the dashboard and ``ticketq-producer heads``.
+
+The verdict is plain Python (testable without torch); :func:`fold_predictions` runs the fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+MARGIN = 0.01  # overall out-of-fold accuracy the candidate may lose and still be published (noise)
+LOST_RECALL = 0.1  # a class the candidate recalls this little or less ...
+HAD_RECALL = 0.5  # ... where the current head recalled at least this much, is lost
+FOLDS = 5
+
+
+@dataclass(frozen=True)
+class Side:
+    """One head's out-of-fold record on the evidence."""
+
+    accuracy: float
+    corrections_accuracy: float | None  # on the corrected rows (None: no corrections)
+    recall: dict[str, float | None]  # per label; None: the evidence has no ticket of it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accuracy": round(self.accuracy, 4),
+            "corrections_accuracy": _round(self.corrections_accuracy),
+            "recall": {k: _round(v) for k, v in self.recall.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> Side:
+        recall = obj.get("recall") or {}
+        return cls(float(obj["accuracy"]), _opt_float(obj.get("corrections_accuracy")), dict(recall))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Candidate vs the head in use, on ``n`` evidence rows (``corrections`` of them corrected)."""
+
+    n: int
+    corrections: int
+    candidate: Side
+    current: Side
+    current_name: str  # "version 3", "the task's head" ...
+    method: str  # "refit": the current head's training rows refitted per fold; "direct": its own labels
+    reasons: list[str] = field(default_factory=list)  # why it is refused; empty: it may be published
+    forced: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "corrections": self.corrections,
+            "candidate": self.candidate.to_dict(),
+            "current": self.current.to_dict(),
+            "current_name": self.current_name,
+            "method": self.method,
+            "reasons": self.reasons,
+            "forced": self.forced,
+            "margin": MARGIN,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The short form kept in ``P:heads`` (no per-class recall)."""
+        return {
+            "candidate": round(self.candidate.accuracy, 4),
+            "current": round(self.current.accuracy, 4),
+            "candidate_corrections": _round(self.candidate.corrections_accuracy),
+            "current_corrections": _round(self.current.corrections_accuracy),
+            "n": self.n,
+            "corrections": self.corrections,
+            "forced": self.forced,
+        }
+
+    def lines(self) -> list[str]:
+        """The comparison as the CLI prints it."""
+        if self.method == "none":  # not compared: only why
+            verdict = "published anyway (--force)" if self.forced else "refused"
+            return [f"publish gate ({self.current_name}): {verdict}: " + "; ".join(self.reasons)]
+        how = "refitted on its training rows per fold" if self.method == "refit" else "its own labels"
+        out = [
+            f"publish gate: candidate vs the head in use ({self.current_name}; {how}), out of fold on "
+            f"{self.n} tickets, {self.corrections} of them corrections",
+            f"  {'':<22}{'candidate':>10}{'in use':>10}",
+            f"  {'accuracy':<22}{_pct(self.candidate.accuracy):>10}{_pct(self.current.accuracy):>10}",
+        ]
+        if self.corrections:
+            cand, cur = self.candidate.corrections_accuracy, self.current.corrections_accuracy
+            out.append(f"  {'on the corrections':<22}{_pct(cand):>10}{_pct(cur):>10}")
+        for label, recall in self.candidate.recall.items():
+            if recall is None:
+                continue
+            out.append(
+                f"  {'recall ' + label:<22}{_pct(recall):>10}{_pct(self.current.recall.get(label)):>10}"
+            )
+        if not self.reasons:
+            out.append("  verdict: not worse; published when --publish is given")
+        else:
+            verdict = "published anyway (--force)" if self.forced else "refused"
+            out += [f"  verdict: {verdict}: " + "; ".join(self.reasons)]
+        return out
+
+
+def judge(
+    truth: Sequence[str],
+    candidate: Sequence[str],
+    current: Sequence[str],
+    corrected: Collection[int],
+    labels: Sequence[str],
+    *,
+    current_name: str,
+    method: str,
+    margin: float = MARGIN,
+) -> Comparison:
+    """Compare two heads' labels for the same evidence rows; ``corrected`` are the corrected rows."""
+    if not (len(truth) == len(candidate) == len(current)) or not truth:
+        raise ValueError(
+            f"judge needs one label per row from each: {len(truth)}, {len(candidate)}, {len(current)}"
+        )
+    cand, cur = _side(truth, candidate, corrected, labels), _side(truth, current, corrected, labels)
+    reasons = []
+    if cand.accuracy < cur.accuracy - margin:
+        reasons.append(
+            f"accuracy {_pct(cand.accuracy)} is below the head in use's {_pct(cur.accuracy)} "
+            f"by more than {margin:.0%}"
+        )
+    for label in labels:
+        had, has = cur.recall.get(label), cand.recall.get(label)
+        if had is not None and has is not None and had >= HAD_RECALL and has <= LOST_RECALL:
+            reasons.append(f"it loses {label!r} (recall {_pct(has)}, the head in use {_pct(had)})")
+    return Comparison(len(truth), len(corrected), cand, cur, current_name, method, reasons)
+
+
+def _side(
+    truth: Sequence[str], predicted: Sequence[str], corrected: Collection[int], labels: Sequence[str]
+) -> Side:
+    right = [t == p for t, p in zip(truth, predicted, strict=True)]
+    on_corrections = [right[i] for i in corrected]
+    recall: dict[str, float | None] = {}
+    for label in labels:
+        rows = [ok for ok, t in zip(right, truth, strict=True) if t == label]
+        recall[label] = sum(rows) / len(rows) if rows else None
+    return Side(
+        sum(right) / len(right),
+        sum(on_corrections) / len(on_corrections) if on_corrections else None,
+        recall,
+    )
+
+
+def folds_for(y: Sequence[int], seed: int) -> list[int]:
+    """Stratified folds over the evidence (as many as the rarest label allows, at most :data:`FOLDS`)."""
+    from worker.engine.fit import stratified_folds
+
+    counts: dict[int, int] = {}
+    for v in y:
+        counts[v] = counts.get(v, 0) + 1
+    k = min(FOLDS, min(counts.values()))
+    if k < 2:
+        raise ValueError("a label has a single ticket: too few to compare heads out of fold")
+    return stratified_folds(y, k, seed)
+
+
+def fold_predictions(
+    features: torch.Tensor,
+    y: Sequence[int],
+    classes: int,
+    *,
+    l2: float,
+    fold: Sequence[int],
+    train: Sequence[bool] | None = None,
+) -> list[int]:
+    """Each row's label index predicted by a head fitted (at ``l2``) on the ``train`` rows of the other
+    folds (every row when ``train`` is None)."""
+    from worker.engine.fit import cross_predict
+
+    return cross_predict(features, y, classes, l2=l2, fold=fold, train=train)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+@dataclass
+class InUse:
+    """The head the workers use now, and which evidence rows it was trained on (None: not known)."""
+
+    head: Any  # worker.engine.head.Head
+    name: str
+    trained_on: list[bool] | None = None
+
+
+def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | None:
+    """(head, name, from_head_data) the workers decide with: the published head (``P:head``) when it fits
+    this engine, else the task's own (its ``head`` file, or the one trained from its ``head_data``, which
+    ``from_head_data`` says); None: zero-shot."""
+    from worker.engine.head import Head, HeadError
+    from worker.engine.training import cached_head
+
+    if published is not None:
+        version, data = published
+        try:
+            head = Head.from_bytes(data, version=version)
+            head.check(engine.identity)
+            return head, f"version {version}", False
+        except HeadError:
+            pass  # workers refuse it too (head_rejected) and keep their own head: compare with that
+    task = engine.task
+    if task.head:
+        return Head.load(task.head), "the task's head file", False
+    if task.head_data:
+        return cached_head(engine, task.head_data), "the task's head (head_data)", True
+    return None
+
+
+def rows_trained_on(
+    training: dict[str, Any],
+    ids: Sequence[str],
+    corrected: Collection[int],
+    base_sha256: str | None,
+    *,
+    own: bool,
+) -> list[bool] | None:
+    """Which evidence rows a head was trained on, from the ``data`` record its training wrote (``own``:
+    the head was trained on exactly the evidence's base rows: the task's head, when the base is its
+    ``head_data``). None when that cannot be told."""
+    is_base = [i not in corrected for i in range(len(ids))]
+    if own:
+        return is_base if base_sha256 is not None else None
+    data = training.get("data")
+    if not isinstance(data, dict):
+        return None
+    used_base = data.get("base_sha256")
+    if used_base is not None and used_base != base_sha256:
+        return None  # trained on other base data than the evidence's
+    known = set(data.get("corrections") or [])
+    return [
+        (used_base is not None and is_base[i]) or (i in corrected and tid in known)
+        for i, tid in enumerate(ids)
+    ]
+
+
+def compare_with(
+    in_use: InUse,
+    engine: Any,
+    texts: Sequence[str],
+    features: torch.Tensor,
+    recipe: Any,
+    truth: Sequence[str],
+    corrected: Collection[int],
+    *,
+    candidate_rows: Sequence[bool] | None = None,
+    l2: float,
+    seed: int,
+) -> Comparison:
+    """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, at ``l2``)
+    against ``in_use`` on the same folds."""
+    labels = list(engine.task.labels)
+    y = [labels.index(t) for t in truth]
+    fold = folds_for(y, seed)
+    candidate = fold_predictions(features, y, len(labels), l2=l2, fold=fold, train=candidate_rows)
+    method, current = "direct", None
+    rows = in_use.trained_on
+    if rows is not None and any(rows):
+        try:
+            own_l2 = float(in_use.head.training.get("l2") or l2)
+            current = fold_predictions(features, y, len(labels), l2=own_l2, fold=fold, train=rows)
+            method = "refit"
+        except ValueError:
+            current = None  # a fold without its training rows: judge it by its own labels
+    if current is None:
+        same = in_use.head.recipe == recipe
+        x = features if same else engine.features(list(texts), in_use.head.recipe)[0]
+        current = in_use.head.logits(x).argmax(1).tolist()
+    return judge(
+        truth,
+        [labels[i] for i in candidate],
+        [labels[i] for i in current],
+        corrected,
+        labels,
+        current_name=in_use.name,
+        method=method,
+    )
