@@ -258,6 +258,9 @@ class Result:
     # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
     method: str | None = None
     head: str | None = None
+    # Optional (absent when the task asks one question): question name -> {"label", "scores", "head"?},
+    # the answers of the task's further questions ([questions.NAME]), decided from the same pass.
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -275,7 +278,7 @@ class Result:
             out["queued_s"] = round(self.queued_s, 3)
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
-        extra = {"method": self.method, "head": self.head}
+        extra: dict[str, Any] = {"method": self.method, "head": self.head, "answers": self.answers or None}
         return json.dumps({**out, **{k: v for k, v in extra.items() if v is not None}}, ensure_ascii=False)
 
     @classmethod
@@ -294,7 +297,20 @@ class Result:
             took_s=obj.get("took_s"),
             method=obj.get("method"),
             head=obj.get("head"),
+            answers=_answers(obj.get("answers")),
         )
+
+
+def _answers(raw: Any) -> dict[str, dict[str, Any]]:
+    """Lenient, like the rest of :meth:`Result.from_json`: answers that are not objects with a label
+    and scores are left out."""
+    if not isinstance(raw, dict):
+        return {}
+    return {
+        str(name): a
+        for name, a in raw.items()
+        if isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)
+    }
 
 
 @dataclass(frozen=True)

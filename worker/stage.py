@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
-from worker.contract import Classifier, Finished, Rejected
+from worker.contract import Classifier, Finished, Rejected, answers_of
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
     from worker.engine.types import BatchStats, Prediction
@@ -131,6 +131,7 @@ def _finish(
         # how the label was decided, and by which head (its published version, else its id)
         method=getattr(prediction, "method", None),
         head=getattr(prediction, "head", None),
+        answers=answers_of(prediction),
     )
     return Finished(raw, ticket, result)
 
