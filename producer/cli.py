@@ -81,17 +81,24 @@ def _parser() -> argparse.ArgumentParser:
     label.add_argument("id", metavar="ID")
     label.add_argument("label", metavar="LABEL")
     label.add_argument("--by", default=None, help="who corrected it (default $USER)")
+    label.add_argument("--question", metavar="NAME", help=QUESTION_HELP)
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
+    corrections.add_argument("--question", metavar="NAME", help=QUESTION_HELP)
     corrections.set_defaults(func=cmd_corrections)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
     heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    heads.add_argument("--question", metavar="NAME", help=QUESTION_HELP)
     heads.set_defaults(func=cmd_heads)
     publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
     publish.add_argument("file", metavar="FILE")
     publish.add_argument("--by", default=None, help="who published it (default $USER)")
+    publish.add_argument("--question", metavar="NAME", help=QUESTION_HELP)
     publish.set_defaults(func=cmd_publish_head)
     return parser
+
+
+QUESTION_HELP = "the task's further question NAME ([questions.NAME]; default: its primary question)"
 
 
 def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict[str, Any]]:
@@ -178,20 +185,20 @@ def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_label(client: Client, args: argparse.Namespace) -> int:
     by = args.by if args.by is not None else os.environ.get("USER") or None
-    correction = client.label(args.id, args.label, by=by)
+    correction = client.label(args.id, args.label, by=by, question=args.question)
     was = f" (was {correction.was})" if correction.was is not None else ""
     print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
     return 0
 
 
 def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
-    for c in sorted(client.correction_records(), key=lambda c: (c.at, c.id)):
+    for c in sorted(client.correction_records(args.question), key=lambda c: (c.at, c.id)):
         print(json.dumps({"id": c.id, **json.loads(c.to_json())}, ensure_ascii=False))
     return 0
 
 
 def cmd_heads(client: Client, args: argparse.Namespace) -> int:
-    versions = client.head_versions()
+    versions = client.head_versions(args.question)
     if args.json:
         for v in versions:
             print(v.to_json())
@@ -214,7 +221,7 @@ def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
         raise FileError(f"{args.file}: {exc.strerror}") from None
     by = args.by if args.by is not None else os.environ.get("USER") or None
     try:
-        version = client.publish_head(data, by=by)
+        version = client.publish_head(data, by=by, question=args.question)
     except ValueError as exc:
         raise FileError(f"{args.file}: {exc}") from None
     print(f"published {args.file} as head version {version}", file=sys.stderr)

@@ -1,8 +1,9 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
--- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels.   ARGV: 1 ticket id, 2 label, 3 by (optional).
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels (a further question's: P:q:<NAME>:labels).
+-- ARGV: 1 ticket id, 2 label, 3 by (optional), 4 question NAME (optional: checked against answers.NAME).
 -- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels , T-1 billing alice
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
-local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
+local id, label, by, question = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
 if not label or label:match('^%s*$') then return redis.error_reply('TICKETQ empty label') end
 if #label > 128 then return redis.error_reply('TICKETQ label too long: over 128 bytes') end
@@ -18,6 +19,11 @@ end
 local record = {label = label, text = text}
 if raw then
   local ok, result = pcall(cjson.decode, raw)
+  if ok and type(result) == 'table' and question ~= '' then
+    -- a further question: its answer (absent when no head answered it yet: nothing to check against)
+    result = type(result.answers) == 'table' and result.answers[question] or {}
+    if type(result) ~= 'table' then result = {} end
+  end
   if ok and type(result) == 'table' then
     if type(result.scores) == 'table' and next(result.scores) ~= nil and result.scores[label] == nil then
       local known = {}

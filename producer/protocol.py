@@ -34,6 +34,9 @@ key                        type    what                                         
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
+``P:q:<NAME>:labels``      hash    as ``P:labels``, ``P:head``, ``P:heads`` and ``P:head:seq``,  as those
+``P:q:<NAME>:head`` ...            for a task's further question NAME (``[questions.NAME]``):
+                                   its corrections and its published heads, one per question.
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -120,6 +123,12 @@ class Keys:
     @property
     def head_seq(self) -> str:
         return f"{self.prefix}:head:seq"
+
+    def asking(self, question: str | None) -> Keys:
+        """Keys whose ``labels``, ``head``, ``heads``, ``head_seq`` are ``question``'s (None: these)."""
+        if question is not None and (not question or ":" in question):
+            raise ValueError(f"question name {question!r}: non-empty, without ':'")
+        return self if question is None else Keys(f"{self.prefix}:q:{question}")
 
     def text(self, ticket_id: str) -> str:
         return f"{self.prefix}:text:{ticket_id}"
@@ -236,6 +245,10 @@ def _check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
             raise BadTicket(f"lone surrogate U+{ord(ch):04X} in {name}")
 
 
+def _is_answer(a: Any) -> bool:  # lenient, as Result.from_json is: a malformed answer is left out
+    return isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)
+
+
 def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -258,8 +271,7 @@ class Result:
     # the head: its published version (P:head) when it came through Redis, else its id (a short digest).
     method: str | None = None
     head: str | None = None
-    # Optional (absent when the task asks one question): question name -> {"label", "scores", "head"?},
-    # the answers of the task's further questions ([questions.NAME]), decided from the same pass.
+    # Optional: question name -> {"label", "scores", "head"?}, the task's further questions' answers
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -297,20 +309,8 @@ class Result:
             took_s=obj.get("took_s"),
             method=obj.get("method"),
             head=obj.get("head"),
-            answers=_answers(obj.get("answers")),
+            answers={k: a for k, a in (obj.get("answers") or {}).items() if _is_answer(a)},
         )
-
-
-def _answers(raw: Any) -> dict[str, dict[str, Any]]:
-    """Lenient, like the rest of :meth:`Result.from_json`: answers that are not objects with a label
-    and scores are left out."""
-    if not isinstance(raw, dict):
-        return {}
-    return {
-        str(name): a
-        for name, a in raw.items()
-        if isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)
-    }
 
 
 @dataclass(frozen=True)
@@ -382,34 +382,3 @@ def peek_id(raw: bytes | str) -> str | None:
     if isinstance(ticket_id, str) and ticket_id.strip() and len(ticket_id) <= MAX_ID_CHARS:
         return ticket_id
     return None
-
-
-@dataclass(frozen=True)
-class Event:
-    """What a worker publishes on ``P:events`` after an acknowledged batch.
-
-    ``ids`` got results; ``dead`` maps the ids of dead-lettered tickets (those with a readable id) to the
-    reason. Events are a wake-up call only: pub/sub is fire-and-forget, so the results hash stays the truth.
-    """
-
-    ids: list[str] = field(default_factory=list)
-    dead: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps({"ids": self.ids, "dead": self.dead}, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> Event:
-        """Lenient: a malformed event decodes as empty rather than breaking a waiter."""
-        try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError):
-            return cls()
-        if not isinstance(obj, dict):
-            return cls()
-        ids = obj.get("ids")
-        dead = obj.get("dead")
-        return cls(
-            ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
-            dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},
-        )

@@ -73,9 +73,10 @@ def client(args: argparse.Namespace) -> Client:
     return Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
 
 
-def read_corrections(source: Client) -> list[Correction]:
-    """Every correction in ``P:labels``, oldest first (a stable order makes training reproducible)."""
-    return sorted(source.correction_records(), key=lambda c: (c.at, c.id))
+def read_corrections(source: Client, question: str | None = None) -> list[Correction]:
+    """Every correction in ``P:labels`` (a further question's: its own key), oldest first (a stable order
+    makes training reproducible)."""
+    return sorted(source.correction_records(question), key=lambda c: (c.at, c.id))
 
 
 def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:

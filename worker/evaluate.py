@@ -35,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, help="only the first N tickets")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    parser.add_argument(
+        "--question",
+        metavar="NAME",
+        help="score the answers to the task's further question NAME ([questions.NAME]; default: the "
+        "primary question); its head decides as it does in a worker asking every question",
+    )
     add_engine_arguments(parser)
 
 
@@ -89,24 +95,32 @@ def run(args: argparse.Namespace) -> int:
         options = EngineOptions.from_args(args)
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
         task = load_task(options.task)
-        check_labels(items, task.labels)
+        labels = task.labels_of(args.question)
+        check_labels(items, labels)
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return 2
     engine = load_engine("eval", options)
     if isinstance(engine, int):
         return engine
+    if args.question is not None:  # the question's head alone: the same features as asked with the rest
+        engine = engine.asking(args.question)
+        if engine.head is None:
+            print(f"ticketq-worker eval: question {args.question!r} has no head", file=sys.stderr)
+            return 2
     truth = [it.label or "" for it in items]
     predicted, seconds = _classify(engine, items)
-    scores = score(task.labels, truth, predicted)
+    scores = score(labels, truth, predicted)
     info = engine.describe()
     zero_shot = None
-    if engine.head is not None:  # the same tickets without the head, for the side-by-side line
+    if (
+        engine.head is not None and args.question is None
+    ):  # the same tickets without the head, for the side-by-side line
         head = engine.head
         engine.use_head(None)
         zs_predicted, zs_seconds = _classify(engine, items)
         engine.use_head(head)
-        zero_shot = (score(task.labels, truth, zs_predicted), zs_seconds)
+        zero_shot = (score(labels, truth, zs_predicted), zs_seconds)
     print(table(scores, info, args.tickets, seconds, zero_shot))
     if args.json:
         out = to_json(scores, info, args.tickets, seconds, zero_shot)
@@ -114,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_engine(command: str, options: EngineOptions) -> Any:
+def load_engine(command: str, options: EngineOptions, *, questions: bool = True) -> Any:
     """The engine for an operator command, or its exit status after one line on stderr: 2 for a head that
     does not fit the model or task (a configuration error), 1 for a model that cannot be loaded."""
     from worker.engine import Engine
@@ -122,7 +136,7 @@ def load_engine(command: str, options: EngineOptions) -> Any:
     from worker.engine.model import ModelError
 
     try:
-        return Engine.load(options, log=head_log(command))
+        return Engine.load(options, log=head_log(command), questions=questions)
     except (HeadError, ModelError) as exc:
         print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, HeadError) else 1

@@ -27,10 +27,10 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from producer.events import Event
 from producer.protocol import (
     MAX_PAYLOAD_BYTES,
     DeadLetter,
-    Event,
     Keys,
     Result,
     payload_digest,

@@ -8,6 +8,11 @@ pass; a logistic regression over its hidden states is fitted with the L2 penalty
 k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
 file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
 
+    ticketq-worker train --task banking.toml --question intent --tickets intents.csv --out intent.head
+
+``--question NAME`` trains the head of one of the task's further questions (``[questions.NAME]``) on
+the task's own prompt, with that question's labels; name the file in the question's table (``head``).
+
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` (plus the file's rows;
@@ -40,8 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
     parser.add_argument("--out", help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
+    add_question_argument(parser, "train the head of")
     add_engine_arguments(parser)
     corrections.add_arguments(parser)
+
+
+def add_question_argument(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument(
+        "--question",
+        metavar="NAME",
+        help=f"{verb} the task's further question NAME ([questions.NAME]; default: its primary question)",
+    )
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -69,18 +83,19 @@ def run(args: argparse.Namespace) -> int:
         if not (args.out or args.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         task = load_task(options.task)
+        question_labels = task.labels_of(args.question)  # TaskError (a ValueError) for an unknown one
         items = read_items(args.tickets) if args.tickets else []
         if corrections.uses_redis(args):
             redis_client = corrections.client(args)
         if args.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
-            found = corrections.training_set(corrections.read_corrections(redis_client), rows)
+            found = corrections.training_set(corrections.read_corrections(redis_client, args.question), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
                 f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
             )
-        check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
+        check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
             raise DataError(
@@ -97,9 +112,10 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.training import train_head
     from worker.evaluate import load_engine
 
-    engine = load_engine("train", options)
+    engine = load_engine("train", options, questions=False)
     if isinstance(engine, int):
         return engine
+    engine = engine.asking(args.question)  # the question's labels; the task's prompt and pass
     start = time.perf_counter()
     with Progress() as progress:
         head = train_head(
@@ -115,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
     if args.publish:
         try:
-            version = redis_client.publish_head(head.to_bytes(), by=args.by)
+            version = redis_client.publish_head(head.to_bytes(), by=args.by, question=args.question)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
         except ValueError as exc:

@@ -274,3 +274,27 @@ def test_producer_cli_label_corrections_heads(
     assert json.loads(out)["version"] == "1"
     code, _, err = run_producer_cli(redis_url, keys, "publish-head", str(tmp_path / "missing"))
     assert code == 2 and err.startswith("ticketq-producer: ") and err.count("\n") == 1
+
+
+def test_a_further_questions_corrections_and_heads_have_keys_of_their_own(r: redis.Redis, keys: Keys) -> None:
+    client = Client(r, keys.prefix)
+    answers = {"intent": {"label": "lost_card", "scores": {"lost_card": 0.7, "refund": 0.3}}}
+    scores = {"billing": 0.6, "account": 0.4}
+    r.hset(keys.results, "T-9", Result("T-9", "billing", scores, "m", "d", answers=answers).to_json())
+    r.set(keys.text("T-9"), "my card is gone", ex=60)
+    with pytest.raises(LabelError, match=r"unknown label billing \(labels: lost_card, refund"):
+        client.label("T-9", "billing", question="intent")  # checked against the answer, not the primary
+    c = client.label("T-9", "refund", by="bo", question="intent")
+    assert (c.label, c.was) == ("refund", "lost_card")
+    assert r.hexists(f"{keys.prefix}:q:intent:labels", "T-9") and not r.exists(keys.labels)
+    assert [x.label for x in read_corrections(client, "intent")] == ["refund"]
+    assert read_corrections(client) == []
+    client.label("T-9", "account")  # the primary's correction is apart
+    assert [x.label for x in read_corrections(client)] == ["account"]
+    assert client.publish_head(b"intent-head", question="intent") == "1"
+    assert client.publish_head(b"team-head") == "1"  # versions count per question
+    assert client.current_head("intent") == ("1", b"intent-head")
+    assert client.current_head() == ("1", b"team-head")
+    assert [v.version for v in client.head_versions("intent")] == ["1"]
+    with pytest.raises(ValueError, match="without ':'"):
+        client.current_head("a:b")

@@ -11,7 +11,8 @@ import redis
 from redis.crc import key_slot
 from support import finished
 
-from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
+from producer.events import Event
+from producer.protocol import DeadLetter, Keys, Result, payload_digest
 from worker import lua
 from worker.contract import Rejected
 from worker.errors import TransientError

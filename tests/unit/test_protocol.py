@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from producer.events import Event
 from producer.protocol import (
     MAX_ID_CHARS,
     MAX_PAYLOAD_BYTES,
     MAX_TEXT_CHARS,
     BadTicket,
     DeadLetter,
-    Event,
     Keys,
     Result,
     Ticket,

@@ -48,11 +48,18 @@ class Engine:
         self.answer_heads: dict[str, Head] = {}
 
     @classmethod
-    def load(cls, options: EngineOptions | None = None, log: Callable[..., None] | None = None) -> Engine:
+    def load(
+        cls,
+        options: EngineOptions | None = None,
+        log: Callable[..., None] | None = None,
+        *,
+        questions: bool = True,
+    ) -> Engine:
         """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
         set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`); then the
         head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
-        **fields)`` hears of a head being trained or taken from the cache."""
+        **fields)`` hears of a head being trained or taken from the cache. ``questions``: also load (or
+        train) the heads of the task's further questions (``train`` needs none of them)."""
         from . import autodtype, threads
         from .training import resolve_head
 
@@ -68,7 +75,9 @@ class Engine:
             **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
         }
         resolve_head(engine, opts.head, log)
-        for q in task.questions:  # each question's own head (file or head_data); --head sets the primary's
+        for q in (
+            task.questions if questions else ()
+        ):  # each question's own head (file or head_data); --head sets the primary's
             alone = engine.asking(q.name)
             engine.use_head(resolve_head(alone, None, log), q.name)
         return engine
