@@ -298,3 +298,43 @@ def test_a_further_questions_corrections_and_heads_have_keys_of_their_own(r: red
     assert [v.version for v in client.head_versions("intent")] == ["1"]
     with pytest.raises(ValueError, match="without ':'"):
         client.current_head("a:b")
+
+
+class AskingClassifier(FakeClassifier):
+    """Takes a head per question; the 'head' is its bytes (b'bad' is refused)."""
+
+    questions = ("intent", "urgency")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: Any = None
+        self.answer_heads: dict[str, Any] = {}
+
+    def load_head(self, data: bytes, version: str, question: str | None = None) -> None:
+        if data == b"bad":
+            raise ValueError("not a head")
+        if question is None:
+            self.head = (data, version)
+        else:
+            self.answer_heads[question] = (data, version)
+
+
+def test_the_watch_follows_every_questions_published_head(r: redis.Redis, keys: Keys) -> None:
+    classifier = AskingClassifier()
+    watch = HeadWatch(r, keys, classifier)
+    client = Client(r, keys.prefix)
+    with capture_logs() as logs:
+        assert watch.check() is False
+        client.publish_head(b"i1", question="intent")
+        assert watch.check() is True and classifier.answer_heads == {"intent": (b"i1", "1")}
+        assert classifier.head is None and watch.check() is False
+        client.publish_head(b"t1")
+        client.publish_head(b"bad", question="urgency")
+        assert watch.check() is True and classifier.head == (b"t1", "1")
+        assert "urgency" not in classifier.answer_heads and watch.check() is False  # refused once
+    events = [(e["event"], e.get("question"), e["version"]) for e in logs]
+    assert events == [
+        ("head_loaded", "intent", "1"),
+        ("head_loaded", None, "1"),
+        ("head_rejected", "urgency", "1"),
+    ]
