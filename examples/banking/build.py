@@ -74,7 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     counts = build(args.banking77, args.out, args.per_intent, args.seed)
     print(
-        f"wrote {args.out}: {counts['train']} train rows, {counts['test']} test rows, {counts['intents']} intents"
+        f"wrote {args.out}: {counts['train']} train rows, {counts['test']} test rows, "
+        f"{counts['intents']} intents"
     )
 
 
