@@ -158,3 +158,21 @@ def test_a_question_head_round_trips_through_bytes(engine: Engine) -> None:
         assert torch.equal(engine.answer_heads["topic"].weight, head.weight)
     finally:
         engine.use_head(None, "topic")
+
+
+def test_bench_asks_three_questions_from_the_head_engines_one_pass(engine: Engine) -> None:
+    from worker.bench.data import Item
+    from worker.bench.modes import asking_three, run_asking, run_engine
+
+    engine.use_head(train_for(engine, None, Recipe(1, MEAN)), None)
+    try:
+        items = [Item(str(i), t) for i, t in enumerate(TEXTS)]
+        three = asking_three(engine)
+        assert three.questions == ("copy1", "copy2") and engine.answer_heads == {}
+        (p, *_), _ = three.classify(TEXTS)
+        assert p.answers["copy1"].label == p.answers["copy2"].label == p.label
+        one = run_engine("head", engine, items, 256, lambda n: None)
+        asked = run_asking("head-3q", three, items, 256, lambda n: None)
+        assert asked.labels == one.labels and asked.real_tokens == one.real_tokens  # the same one pass
+    finally:
+        engine.use_head(None, None)
