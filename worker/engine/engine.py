@@ -61,7 +61,6 @@ class Engine:
         **fields)`` hears of a head being trained or taken from the cache. ``questions``: also load (or
         train) the heads of the task's further questions (``train`` needs none of them)."""
         from . import autodtype, threads
-        from .training import resolve_head
 
         opts = options or EngineOptions()
         chosen = threads.apply(opts.threads)
@@ -74,13 +73,19 @@ class Engine:
             **chosen.log_fields(),
             **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
         }
-        resolve_head(engine, opts.head, log)
-        for q in (
-            task.questions if questions else ()
-        ):  # each question's own head (file or head_data); --head sets the primary's
-            alone = engine.asking(q.name)
-            engine.use_head(resolve_head(alone, None, log), q.name)
+        engine.resolve_heads(opts.head, log, questions=questions)
         return engine
+
+    def resolve_heads(
+        self, spec: str | None = None, log: Callable[..., None] | None = None, *, questions: bool = True
+    ) -> None:
+        """Use the primary head ``spec`` selects (:func:`.training.resolve_head`) and, with ``questions``,
+        each further question's own (its file or its ``head_data``, trained on first use and cached)."""
+        from .training import resolve_head
+
+        resolve_head(self, spec, log)
+        for q in self.task.questions if questions else ():
+            self.use_head(resolve_head(self.asking(q.name), None, log), q.name)
 
     @property
     def identity(self) -> Identity:
