@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from producer import config
+from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.engine.options import EngineOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
 CHUNK = 256  # tickets per engine call: the service's default drain
@@ -35,13 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, help="only the first N tickets")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    parser.add_argument(
-        "--question",
-        metavar="NAME",
-        help="score the answers to the task's further question NAME ([questions.NAME]; default: the "
-        "primary question); its head decides as it does in a worker asking every question",
-    )
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
+    config.add_arguments(parser, QuestionOptions, env=False)
 
 
 @dataclass(frozen=True)
@@ -92,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.task import TaskError, load_task
 
     try:
-        options = EngineOptions.from_args(args)
+        options = config.resolve(EngineOptions, args)
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
         task = load_task(options.task)
-        labels = task.labels_of(args.question)
+        question = config.resolve(QuestionOptions, args).question
+        labels = task.labels_of(question)
         check_labels(items, labels)
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
@@ -103,10 +101,10 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine("eval", options)
     if isinstance(engine, int):
         return engine
-    if args.question is not None:  # the question's head alone: the same features as asked with the rest
-        engine = engine.asking(args.question)
+    if question is not None:  # the question's head alone: the same features as asked with the rest
+        engine = engine.asking(question)
         if engine.head is None:
-            print(f"ticketq-worker eval: question {args.question!r} has no head", file=sys.stderr)
+            print(f"ticketq-worker eval: question {question!r} has no head", file=sys.stderr)
             return 2
     truth = [it.label or "" for it in items]
     predicted, seconds = _classify(engine, items)
@@ -114,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     info = engine.describe()
     zero_shot = None
     if (
-        engine.head is not None and args.question is None
+        engine.head is not None and question is None
     ):  # the same tickets without the head, for the side-by-side line
         head = engine.head
         engine.use_head(None)

@@ -34,8 +34,10 @@ from typing import Any
 
 import redis
 
+from producer import config
+from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.options import NO_HEAD, EngineOptions, add_engine_arguments
+from worker.engine.options import NO_HEAD, EngineOptions
 from worker.evaluate import confusion_table
 
 
@@ -45,17 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
     parser.add_argument("--out", help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
-    add_question_argument(parser, "train the head of")
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
+    config.add_arguments(parser, QuestionOptions, env=False)
     corrections.add_arguments(parser)
-
-
-def add_question_argument(parser: argparse.ArgumentParser, verb: str) -> None:
-    parser.add_argument(
-        "--question",
-        metavar="NAME",
-        help=f"{verb} the task's further question NAME ([questions.NAME]; default: its primary question)",
-    )
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -77,19 +71,23 @@ def run(args: argparse.Namespace) -> int:
     source = args.tickets or ""
     corrected: dict[int, str | None] = {}
     try:
-        options = replace(EngineOptions.from_args(args), head=NO_HEAD)  # train with features, not a head
-        if not (args.tickets or args.from_redis):
+        options = replace(
+            config.resolve(EngineOptions, args), head=NO_HEAD
+        )  # train with features, not a head
+        store = corrections.options(args)
+        if not (args.tickets or store.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
-        if not (args.out or args.publish):
+        if not (args.out or store.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         task = load_task(options.task)
-        question_labels = task.labels_of(args.question)  # TaskError (a ValueError) for an unknown one
+        question = config.resolve(QuestionOptions, args).question
+        question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
         items = read_items(args.tickets) if args.tickets else []
-        if corrections.uses_redis(args):
-            redis_client = corrections.client(args)
-        if args.from_redis:
+        if store.from_redis or store.publish:
+            redis_client = corrections.client(store)
+        if store.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
-            found = corrections.training_set(corrections.read_corrections(redis_client, args.question), rows)
+            found = corrections.training_set(corrections.read_corrections(redis_client, question), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
@@ -115,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine("train", options, questions=False)
     if isinstance(engine, int):
         return engine
-    engine = engine.asking(args.question)  # the question's labels; the task's prompt and pass
+    engine = engine.asking(question)  # the question's labels; the task's prompt and pass
     start = time.perf_counter()
     with Progress() as progress:
         head = train_head(
@@ -129,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
-    if args.publish:
+    if store.publish:
         try:
-            version = redis_client.publish_head(head.to_bytes(), by=args.by, question=args.question)
+            version = redis_client.publish_head(head.to_bytes(), by=store.by, question=question)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
         except ValueError as exc:
