@@ -46,7 +46,7 @@ class QuestionOptions:
 
     question: str | None = setting(
         None,
-        help="the task's further question NAME ([questions.NAME]); default: its primary question",
+        help="the task's further question NAME ([questions.NAME])",
         env=False,
         metavar="NAME",
         shown="the primary question",
