@@ -28,7 +28,7 @@ from producer.client import Client, LabelError, encode
 from producer.config import at_least, option
 from producer.exitcodes import Exit, epilog, for_redis_error
 from producer.files import FORMATS, FileError, parse
-from producer.options import RedisOptions
+from producer.options import QuestionOptions, RedisOptions
 from producer.protocol import BadTicket
 
 
@@ -145,18 +145,22 @@ def _parser() -> argparse.ArgumentParser:
     label.add_argument("id", metavar="ID")
     label.add_argument("label", metavar="LABEL")
     config.add_arguments(label, ByOptions)
+    config.add_arguments(label, QuestionOptions)
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
+    config.add_arguments(corrections, QuestionOptions, env=False)
     corrections.set_defaults(func=cmd_corrections)
     unsure = sub.add_parser("review", help="tickets that need review, least confident first, as JSONL")
     config.add_arguments(unsure, ReviewOptions, env=False)
     unsure.set_defaults(func=cmd_review)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
     config.add_arguments(heads, TableOptions)
+    config.add_arguments(heads, QuestionOptions)
     heads.set_defaults(func=cmd_heads)
     publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
     publish.add_argument("file", metavar="FILE")
     config.add_arguments(publish, ByOptions)
+    config.add_arguments(publish, QuestionOptions)
     publish.set_defaults(func=cmd_publish_head)
     return parser
 
@@ -246,14 +250,17 @@ def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_label(client: Client, args: argparse.Namespace) -> int:
-    correction = client.label(args.id, args.label, by=config.resolve(ByOptions, args).by)
+    question = config.resolve(QuestionOptions, args).question
+    correction = client.label(args.id, args.label, by=config.resolve(ByOptions, args).by, question=question)
     was = f" (was {correction.was})" if correction.was is not None else ""
     print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
     return 0
 
 
 def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
-    for c in sorted(client.correction_records(), key=lambda c: (c.at, c.id)):
+    for c in sorted(
+        client.correction_records(config.resolve(QuestionOptions, args).question), key=lambda c: (c.at, c.id)
+    ):
         print(json.dumps({"id": c.id, **json.loads(c.to_json())}, ensure_ascii=False))
     return 0
 
@@ -267,7 +274,7 @@ def cmd_review(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_heads(client: Client, args: argparse.Namespace) -> int:
-    versions = client.head_versions()
+    versions = client.head_versions(config.resolve(QuestionOptions, args).question)
     if config.resolve(TableOptions, args).json:
         for v in versions:
             print(v.to_json())
@@ -292,7 +299,8 @@ def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
     except OSError as exc:
         raise FileError(f"{args.file}: {exc.strerror}") from None
     try:
-        version = client.publish_head(data, by=config.resolve(ByOptions, args).by)
+        question = config.resolve(QuestionOptions, args).question
+        version = client.publish_head(data, by=config.resolve(ByOptions, args).by, question=question)
     except ValueError as exc:
         raise FileError(f"{args.file}: {exc}") from None
     print(f"published {args.file} as head version {version}", file=sys.stderr)

@@ -311,24 +311,24 @@ class Client:
 
     # -- corrections and heads ---------------------------------------------------------------------------
 
-    def label(self, ticket_id: str, label: str, by: str | None = None) -> Correction:
+    def label(
+        self, ticket_id: str, label: str, by: str | None = None, question: str | None = None
+    ) -> Correction:
         """Record the right label of a ticket a worker has labelled (one EVAL of ``LABEL_SCRIPT``).
-
-        Raises :class:`LabelError` when the ticket is unknown, its text is no longer kept, or the label is
-        not one of the task's (as its result's scores name them). Labelling again replaces the correction.
-        """
+        :class:`LabelError`: unknown ticket, text no longer kept, or a label its result (or answer to
+        ``question``) does not name. Labelling again replaces the correction."""
         problem = label_problem(ticket_id, label, by)
         if problem:
             raise LabelError(problem)
         keys = [
             self.keys.results,
             self.keys.text(ticket_id),
-            self.keys.labels,
+            self.keys.asking(question).labels,
             self.keys.labelset,
             self.keys.review,
         ]
         try:
-            raw = self._label(keys=keys, args=[ticket_id, label, by or ""])
+            raw = self._label(keys=keys, args=[ticket_id, label, by or "", question or ""])
         except redis.ResponseError as exc:
             message = str(exc)
             if message.startswith("TICKETQ "):
@@ -336,9 +336,9 @@ class Client:
             raise
         return Correction.from_json(ticket_id, raw)
 
-    def correction_records(self) -> Iterator[Correction]:
-        """Every recorded correction (in no particular order); a malformed record is skipped."""
-        for raw_id, raw in self.redis.hscan_iter(self.keys.labels, count=500):
+    def correction_records(self, question: str | None = None) -> Iterator[Correction]:
+        """Every recorded correction of ``question`` (None: the primary); a malformed record is skipped."""
+        for raw_id, raw in self.redis.hscan_iter(self.keys.asking(question).labels, count=500):
             tid = raw_id.decode("utf-8", "replace") if isinstance(raw_id, bytes) else str(raw_id)
             try:
                 yield Correction.from_json(tid, raw)
@@ -350,7 +350,14 @@ class Client:
         for c in self.correction_records():
             yield c.id, c.text, c.label
 
-    def publish_head(self, data: bytes, *, by: str | None = None, gate: dict[str, Any] | None = None) -> str:
+    def publish_head(
+        self,
+        data: bytes,
+        *,
+        by: str | None = None,
+        gate: dict[str, Any] | None = None,
+        question: str | None = None,
+    ) -> str:
         """Store a head file's bytes as the current head, versioned; returns the new version.
 
         Workers check the version before every claim and load the new head at their next drain. The
@@ -367,21 +374,22 @@ class Client:
             "sha256": hashlib.sha256(data).hexdigest(),
         }
         entry |= {k: v for k, v in (("by", by), ("gate", gate)) if v}
-        keys = [self.keys.head_seq, self.keys.head, self.keys.heads]
+        qk = self.keys.asking(question)  # a further question's heads have keys and versions of their own
+        keys = [qk.head_seq, qk.head, qk.heads]
         out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
         return out.decode() if isinstance(out, bytes) else str(out)
 
-    def current_head(self) -> tuple[str, bytes] | None:
+    def current_head(self, question: str | None = None) -> tuple[str, bytes] | None:
         """(version, bytes) of the published head, or ``None`` when none was published."""
-        version, data = self.redis.hmget(self.keys.head, ["version", "data"])
+        version, data = self.redis.hmget(self.keys.asking(question).head, ["version", "data"])
         if not isinstance(version, bytes) or not isinstance(data, bytes):
             return None
         return version.decode(), data
 
-    def head_versions(self) -> list[HeadVersion]:
+    def head_versions(self, question: str | None = None) -> list[HeadVersion]:
         """The publish history, newest first (at most ``HEADS_KEPT``)."""
         out = []
-        for raw in self.redis.lrange(self.keys.heads, 0, -1):
+        for raw in self.redis.lrange(self.keys.asking(question).heads, 0, -1):
             try:
                 out.append(HeadVersion.from_json(raw))
             except (ValueError, KeyError, TypeError):

@@ -1,15 +1,16 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
--- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels, 4 (optional) P:labelset, 5 (optional) P:review (a labelled
---   ticket leaves the review queue, confirmed or corrected).
--- ARGV: 1 ticket id, 2 label, 3 by (optional).
+-- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels (a further question's: P:q:<NAME>:labels),
+--   4 (optional) P:labelset, 5 (optional) P:review (a labelled ticket leaves the review queue, confirmed
+--   or corrected). 4 and 5 concern the primary question only.
+-- ARGV: 1 ticket id, 2 label, 3 by (optional), 4 question NAME (optional: checked against answers.NAME).
 -- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset ticketq:review , T-1 billing alice
 -- The label must be one of the task's: P:labelset (written by every worker at start) when it exists, else
 -- the labels of the ticket's result while the result is kept; so a result that was trimmed no longer lets
--- any label through.
+-- any label through. A further question's label is checked against the result's answers.NAME.
 -- Atomic: the checks and the write see one state; nothing is written when a check fails.
 -- Cost: O(log n): a GET, an HGET, a SISMEMBER, a ZREM, one cjson decode of a result and one encode.
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
-local id, label, by = ARGV[1], ARGV[2], ARGV[3] or ''
+local id, label, by, question = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
 if not label or label:match('^%s*$') then return redis.error_reply('TICKETQ empty label') end
 if #label > 128 then return redis.error_reply('TICKETQ label too long: over 128 bytes') end
@@ -23,13 +24,18 @@ if not text then
   return redis.error_reply('TICKETQ unknown ticket ' .. id .. ' (no result and no text)')
 end
 local record = {label = label, text = text}
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
+if question == '' and KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
   local known = redis.call('SMEMBERS', KEYS[4])
   table.sort(known)
   return redis.error_reply('TICKETQ unknown label ' .. label .. ' (labels: ' .. table.concat(known, ', ') .. ')')
 end
 if raw then
   local ok, result = pcall(cjson.decode, raw)
+  if ok and type(result) == 'table' and question ~= '' then
+    -- a further question: its answer (absent when no head answered it yet: nothing to check against)
+    result = type(result.answers) == 'table' and result.answers[question] or {}
+    if type(result) ~= 'table' then result = {} end
+  end
   if ok and type(result) == 'table' then
     if type(result.scores) == 'table' and next(result.scores) ~= nil and result.scores[label] == nil then
       local known = {}
@@ -45,5 +51,5 @@ record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
 if by ~= '' then record.by = by end
 local out = cjson.encode(record)
 redis.call('HSET', KEYS[3], id, out)
-if KEYS[4] then redis.call('ZREM', KEYS[4], id) end
+if question == '' and KEYS[5] then redis.call('ZREM', KEYS[5], id) end
 return out

@@ -38,3 +38,16 @@ class RedisOptions:
         found = problems(self)
         if found:
             raise ValueError("; ".join(found))
+
+
+@dataclass(frozen=True)
+class QuestionOptions:
+    """Which of a task's questions a command is about (``train``, ``eval``, ``label``, ``heads``...)."""
+
+    question: str | None = setting(
+        None,
+        help="the task's further question NAME ([questions.NAME])",
+        env=False,
+        metavar="NAME",
+        shown="the primary question",
+    )

@@ -37,6 +37,9 @@ key                        type    what                                         
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 ``P:review``               zset    ids of ``"review": true`` results by confidence; labelling,  labelled,
                                    trim or ``MAX_REVIEW`` (most confident go first) remove ids. trimmed
+``P:q:<NAME>:labels``      hash    as ``P:labels``, ``P:head``, ``P:heads`` and ``P:head:seq``,  as those
+``P:q:<NAME>:head`` ...            for a task's further question NAME (``[questions.NAME]``):
+                                   its corrections and its published heads, one per question.
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -140,6 +143,12 @@ class Keys:
     def review(self) -> str:
         return f"{self.prefix}:review"
 
+    def asking(self, question: str | None) -> Keys:
+        """Keys whose ``labels``, ``head``, ``heads``, ``head_seq`` are ``question``'s (None: these)."""
+        if question is not None and (not question or ":" in question):
+            raise ValueError(f"question name {question!r}: non-empty, without ':'")
+        return self if question is None else Keys(f"{self.prefix}:q:{question}")
+
     def text(self, ticket_id: str) -> str:
         return f"{self.prefix}:text:{ticket_id}"
 
@@ -230,6 +239,10 @@ def decode_ticket(raw: bytes | str) -> Ticket:
     )
 
 
+def _is_answer(a: Any) -> bool:  # lenient, as Result.from_json is: a malformed answer is left out
+    return isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)
+
+
 def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
@@ -255,6 +268,8 @@ class Result:
     # Optional: scores[label] (calibrated when the head is); review (written when true): below the threshold
     confidence: float | None = None
     review: bool = False
+    # Optional: question name -> {"label", "scores", "head"?}, the task's further questions' answers
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         out: dict[str, Any] = {
@@ -273,7 +288,13 @@ class Result:
         if self.took_s is not None:
             out["took_s"] = round(self.took_s, 3)
         conf = None if self.confidence is None else round(self.confidence, 4)
-        extra = {"method": self.method, "head": self.head, "confidence": conf, "review": self.review or None}
+        extra = {
+            "method": self.method,
+            "head": self.head,
+            "confidence": conf,
+            "review": self.review or None,
+            "answers": self.answers or None,
+        }
         # Strict (raises Unwritable): NaN scores or a field that is not UTF-8 never reach Redis.
         return dumps_strict({**out, **{k: v for k, v in extra.items() if v is not None}})
 
@@ -283,7 +304,10 @@ class Result:
         defaults = {"model": "", "digest": "", "fields": {}, "worker": "", "at": 0.0}
         optional = ("queued_s", "took_s", "method", "head", "confidence")  # None when absent
         given = {k: obj.get(k, v) for k, v in defaults.items()} | {k: obj.get(k) for k in optional}
-        return cls(obj["id"], obj["label"], obj["scores"], **given, review=obj.get("review") is True)
+        answers = {k: a for k, a in (obj.get("answers") or {}).items() if _is_answer(a)}
+        return cls(
+            obj["id"], obj["label"], obj["scores"], **given, review=obj.get("review") is True, answers=answers
+        )
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,11 @@ class Rejected:
 
     raw: bytes
     letter: DeadLetter
+
+
+def answers_of(prediction: Any) -> dict[str, dict[str, Any]]:
+    """A prediction's further answers as the result carries them (a test double may have none)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, a in (getattr(prediction, "answers", None) or {}).items():
+        out[name] = {"label": a.label, "scores": dict(a.scores), **({"head": a.head} if a.head else {})}
+    return out

@@ -98,9 +98,10 @@ def client(options: CorrectionsOptions) -> Client:
     )
 
 
-def read_corrections(source: Client) -> list[Correction]:
-    """Every correction in ``P:labels``, oldest first (a stable order makes training reproducible)."""
-    return sorted(source.correction_records(), key=lambda c: (c.at, c.id))
+def read_corrections(source: Client, question: str | None = None) -> list[Correction]:
+    """Every correction in ``P:labels`` (a further question's: its own key), oldest first (a stable order
+    makes training reproducible)."""
+    return sorted(source.correction_records(question), key=lambda c: (c.at, c.id))
 
 
 def base_source(tickets: str | None, head_data: str | None, corrections_only: bool) -> str | None:

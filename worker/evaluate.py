@@ -23,6 +23,7 @@ from typing import Any
 from producer import config
 from producer.config import at_least, group, option
 from producer.exitcodes import Exit
+from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import EngineOptions
 
@@ -38,6 +39,7 @@ class EvalOptions:
     limit: int | None = option(None, help="only the first N tickets", shown="all", check=at_least(1))
     json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
+    asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
     def __post_init__(self) -> None:
         found = config.problems(self)
@@ -101,24 +103,33 @@ def run(ns: argparse.Namespace) -> int:
         options = args.engine
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
         task = load_task(options.task)
-        check_labels(items, task.labels)
+        question = args.asked.question
+        labels = task.labels_of(question)
+        check_labels(items, labels)
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return Exit.CONFIG
     engine = load_engine("eval", options)
     if isinstance(engine, int):
         return engine
+    if question is not None:  # the question's head alone: the same features as asked with the rest
+        engine = engine.asking(question)
+        if engine.head is None:
+            print(f"ticketq-worker eval: question {question!r} has no head", file=sys.stderr)
+            return Exit.CONFIG
     truth = [it.label or "" for it in items]
     predicted, seconds = _classify(engine, items)
-    scores = score(task.labels, truth, predicted)
+    scores = score(labels, truth, predicted)
     info = engine.describe()
     zero_shot = None
-    if engine.head is not None:  # the same tickets without the head, for the side-by-side line
+    if (
+        engine.head is not None and question is None
+    ):  # the same tickets without the head, for the side-by-side line
         head = engine.head
         engine.use_head(None)
         zs_predicted, zs_seconds = _classify(engine, items)
         engine.use_head(head)
-        zero_shot = (score(task.labels, truth, zs_predicted), zs_seconds)
+        zero_shot = (score(labels, truth, zs_predicted), zs_seconds)
     print(table(scores, info, args.tickets, seconds, zero_shot))
     if args.json:
         out = to_json(scores, info, args.tickets, seconds, zero_shot)
@@ -126,7 +137,7 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
-def load_engine(command: str, options: EngineOptions) -> Any:
+def load_engine(command: str, options: EngineOptions, *, questions: bool = True) -> Any:
     """The engine for an operator command, or its exit status after one line on stderr: 2 for a head that
     does not fit the model or task (a configuration error), 1 for a model that cannot be loaded."""
     from worker.engine import Engine
@@ -134,7 +145,7 @@ def load_engine(command: str, options: EngineOptions) -> Any:
     from worker.engine.model import ModelError
 
     try:
-        return Engine.load(options, log=head_log(command))
+        return Engine.load(options, log=head_log(command), questions=questions)
     except (HeadError, ModelError) as exc:
         print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
         return Exit.CONFIG if isinstance(exc, HeadError) else Exit.FAILED

@@ -5,6 +5,9 @@ when the version changed does it read the head's bytes and hand them to the clas
 A head the classifier refuses (corrupt, or made for another model, prompt or label set) is logged as
 ``head_rejected`` and remembered, so it is neither retried every claim nor ever a crash: the worker keeps
 the head it has. Loading happens between drains, so every result of a drain comes from one head.
+
+A task's further questions (``[questions.NAME]``) have published heads of their own (``P:q:NAME:head``,
+:meth:`producer.protocol.Keys.asking`): their versions are read in the same round trip as the primary's.
 """
 
 from __future__ import annotations
@@ -34,40 +37,64 @@ class HeadWatch:
         self.classifier = classifier
         self.on_loaded = on_loaded
         self.seen: str | None = None  # the last version acted on, loaded or rejected
+        # the classifier's further questions (an engine's task's; a test double may have none)
+        self.questions: tuple[str, ...] = tuple(getattr(classifier, "questions", ()) or ())
+        self.seen_q: dict[str, str] = {}
         self._log = get_logger("worker.heads")
 
     @transient
-    def _changed(self) -> tuple[str, bytes] | None:
-        version = self.redis.hget(self.keys.head, "version")
-        if not isinstance(version, bytes) or version.decode() == self.seen:
-            return None
-        # Both fields in one read: a publish between two reads could pair a version with other bytes.
-        version, data = self.redis.hmget(self.keys.head, ["version", "data"])
-        if not isinstance(version, bytes) or not isinstance(data, bytes):
-            return None
-        return version.decode(), data
+    def _changed(self) -> list[tuple[str | None, str, bytes]]:
+        """(question, version, bytes) of each head published since it was last seen (None: primary)."""
+        asked: list[str | None] = [None, *self.questions]
+        if len(asked) == 1:
+            versions = [self.redis.hget(self.keys.head, "version")]
+        else:  # one round trip for every question's version
+            pipe = self.redis.pipeline(transaction=False)
+            for q in asked:
+                pipe.hget(self.keys.asking(q).head, "version")
+            versions = pipe.execute()
+        out = []
+        for q, version in zip(asked, versions, strict=True):
+            seen = self.seen if q is None else self.seen_q.get(q)
+            if not isinstance(version, bytes) or version.decode() == seen:
+                continue
+            # Both fields in one read: a publish between two reads could pair a version with other bytes.
+            version, data = self.redis.hmget(self.keys.asking(q).head, ["version", "data"])
+            if isinstance(version, bytes) and isinstance(data, bytes):
+                out.append((q, version.decode(), data))
+        return out
 
     def check(self) -> bool:
         """Load the published head if it changed since the last check; True when one was loaded.
 
         Raises :class:`~worker.errors.TransientError` only (Redis down); the caller retries it.
         """
-        changed = self._changed()
-        if changed is None:
-            return False
-        version, data = changed
-        self.seen = version
+        loaded = False
+        for question, version, data in self._changed():
+            loaded |= self._load(question, version, data)
+        return loaded
+
+    def _load(self, question: str | None, version: str, data: bytes) -> bool:
+        if question is None:
+            self.seen = version
+        else:
+            self.seen_q[question] = version
+        asked = {} if question is None else {"question": question}
         if not isinstance(self.classifier, TakesHeads):
-            self._log.warning("head_rejected", version=version, reason="this classifier takes no head")
+            reason = "this classifier takes no head"
+            self._log.warning("head_rejected", version=version, reason=reason, **asked)
             return False
         try:
-            self.classifier.load_head(data, version)
+            if question is None:
+                self.classifier.load_head(data, version)
+            else:
+                self.classifier.load_head(data, version, question)  # type: ignore[call-arg]
         except Exception as exc:  # HeadError, or anything a corrupt file provokes: keep the current head
             reason = str(exc) if type(exc).__name__ == "HeadError" else f"{type(exc).__name__}: {exc}"
-            self._log.warning("head_rejected", version=version, reason=reason[:500], bytes=len(data))
+            self._log.warning("head_rejected", version=version, reason=reason[:500], bytes=len(data), **asked)
             return False
-        head = self.classifier.head
-        self._log.info("head_loaded", version=version, id=getattr(head, "id", None), bytes=len(data))
-        if self.on_loaded is not None:
+        head = self.classifier.head if question is None else self.classifier.answer_heads.get(question)  # type: ignore[attr-defined]
+        self._log.info("head_loaded", version=version, id=getattr(head, "id", None), bytes=len(data), **asked)
+        if self.on_loaded is not None and question is None:
             self.on_loaded(version)
         return True

@@ -36,6 +36,12 @@ class Metrics:
             "ticketq_tickets", "Tickets finished, by outcome (labelled or dead)", ["outcome"], registry=reg
         )
         self.labels = Counter("ticketq_labels", "Tickets labelled, by label", ["label"], registry=reg)
+        self.answers = Counter(
+            "ticketq_answers",
+            "Answers to a task's further questions ([questions.NAME]), by question and label",
+            ["question", "label"],
+            registry=reg,
+        )
         self.dead = Counter(
             "ticketq_dead_letters", "Dead letters written, by reason", ["reason"], registry=reg
         )
@@ -103,6 +109,9 @@ class Metrics:
         self.worker = Info("ticketq_worker", "This worker: id, model, dtype, device", registry=reg)
         self.head = Info("ticketq_head", "The classification head in use (or zero-shot)", registry=reg)
         self.head.info({"method": "zero-shot", "id": "", "version": ""})
+        self.question_head = Info(
+            "ticketq_question_head", "The head answering each further question", ["question"], registry=reg
+        )
 
     # -- recording -------------------------------------------------------------------------------------
 
@@ -114,6 +123,18 @@ class Metrics:
         """Called when a head is loaded (or dropped: ``head_id=None`` means zero-shot)."""
         method = "head" if head_id else "zero-shot"
         self.head.info({"method": method, "id": head_id or "", "version": version or "", "model": model})
+
+    def set_question_heads(self, heads: Mapping[str, Any]) -> None:
+        """question -> its head (None: not answered yet), as the classifier holds them."""
+        for question, head in heads.items():
+            info = {"id": getattr(head, "id", "") or "", "version": getattr(head, "version", "") or ""}
+            self.question_head.labels(question).info(info)
+
+    def observe_answers(self, answers: Iterable[Mapping[str, Mapping[str, Any]]]) -> None:
+        """Each fresh result's answers (``Result.answers``): counted by question and label."""
+        for per_question in answers:
+            for question, answer in per_question.items():
+                self.answers.labels(question, str(answer.get("label"))).inc()
 
     def observe_pass(self, seconds: float, real_tokens: int, padded_tokens: int) -> None:
         self.pass_seconds.observe(seconds)

@@ -14,6 +14,10 @@ A ticket whose result needs review (``"review": true``, see :mod:`worker.review`
 ``review`` instead, when one is configured (``--route review=QUEUE`` or ``review = "QUEUE"`` in the task's
 ``[routes]``).
 
+A route names a primary label (``billing``) or a further question's label (``intent:lost_card``, the
+result's ``answers.intent.label``); a ticket that matches several routes gets one job per route, each
+with an id of its own.
+
 RQ's own keys (``rq:*``) do not share ticketq's hash tag, so routing is for plain (non-cluster) Redis.
 """
 
@@ -33,9 +37,26 @@ from worker.engine.task import REVIEW_ROUTE
 from worker.queue import Finished
 
 
-def job_id(ticket_id: str, digest: str) -> str:
-    """Stable across redeliveries and workers; RQ accepts letters, digits, ``-`` and ``_``."""
-    return "ticketq-" + hashlib.sha1(f"{ticket_id}\0{digest}".encode()).hexdigest()
+def job_id(ticket_id: str, digest: str, route: str | None = None) -> str:
+    """Stable across redeliveries and workers; RQ accepts letters, digits, ``-`` and ``_``. ``route``: a
+    further question's route (``NAME:label``); a primary label's job keeps the id it always had."""
+    key = f"{ticket_id}\0{digest}" + (f"\0{route}" if route else "")
+    return "ticketq-" + hashlib.sha1(key.encode()).hexdigest()
+
+
+def matched(routes: Mapping[str, str], item: Finished) -> list[tuple[str, str | None, str]]:
+    """(queue, question route or None, label) of every route this result matches."""
+    out: list[tuple[str, str | None, str]] = []
+    review = routes.get(REVIEW_ROUTE)
+    if item.result.review and review:  # a ticket that needs review goes there, not to its label's queue
+        out.append((review, None, REVIEW_ROUTE))
+    elif item.result.label in routes:
+        out.append((routes[item.result.label], None, item.result.label))
+    for question, answer in item.result.answers.items():
+        route = f"{question}:{answer.get('label')}"
+        if route in routes:
+            out.append((routes[route], route, route))
+    return out
 
 
 @dataclass
@@ -62,13 +83,10 @@ class Router:
         ``enqueue_many(..., pipeline=pipe)`` only queues commands on the pipeline, which is what a
         MULTI needs (``enqueue(pipeline=...)`` reads from Redis and fails inside one).
         """
-        by_queue: dict[str, list[Finished]] = {}
-        review = self.routes.get(REVIEW_ROUTE)
+        by_queue: dict[str, list[tuple[Finished, str | None, str]]] = {}
         for item in fresh:
-            # a ticket that needs review goes to the review route, when there is one, not its label's
-            name = review if item.result.review and review else self.routes.get(item.result.label)
-            if name is not None:
-                by_queue.setdefault(name, []).append(item)
+            for name, route, label in matched(self.routes, item):
+                by_queue.setdefault(name, []).append((item, route, label))
         for name, items in by_queue.items():
             datas = [
                 Queue.prepare_data(
@@ -77,11 +95,11 @@ class Router:
                         "ticket": {"id": f.ticket.id, "text": f.ticket.text, "fields": f.ticket.fields},
                         "result": json.loads(f.result.to_json()),
                     },
-                    job_id=job_id(f.result.id, f.result.digest),
+                    job_id=job_id(f.result.id, f.result.digest, route),
                     timeout=self.job_timeout,
                     result_ttl=self.result_ttl,
-                    description=f"ticketq route {f.result.label} for {f.result.id}",
+                    description=f"ticketq route {label} for {f.result.id}",
                 )
-                for f in items
+                for f, route, label in items
             ]
             self.queue(name).enqueue_many(datas, pipeline=pipe)

@@ -295,6 +295,7 @@ class Service:
         self.metrics.observe_drain(
             seconds, labels, [d.reason for d in report.dead], len(report.redelivered), passes
         )
+        self.metrics.observe_answers(f.result.answers for f in report.fresh)
         for f in verdict.finished:
             if f.result.queued_s is not None:
                 self.metrics.queue_wait.observe(f.result.queued_s)
@@ -304,6 +305,10 @@ class Service:
     def _head_info(self) -> None:
         """Keep ``ticketq_head_info`` in step with the classifier's head (loaded between drains, maybe)."""
         head = getattr(self.classifier, "head", None)
+        questions = dict(getattr(self.classifier, "answer_heads", None) or {})
+        asked = {q: questions.get(q) for q in getattr(self.classifier, "questions", ()) or ()}
+        if asked:
+            self.metrics.set_question_heads(asked)
         if head is self._head_seen:
             return
         self._head_seen = head

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
-from worker.contract import Classifier, Finished, Rejected
+from worker.contract import Classifier, Finished, Rejected, answers_of
 from worker.review import Threshold
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
@@ -138,6 +138,7 @@ def _finish(
         head=getattr(prediction, "head", None),
         confidence=confidence,
         review=confidence is not None and review is not None and review.needs_review(confidence),
+        answers=answers_of(prediction),
     )
     return Finished(raw, ticket, result)
 

@@ -8,6 +8,11 @@ pass; a logistic regression over its hidden states is fitted with the L2 penalty
 k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
 file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
 
+    ticketq-worker train --task banking.toml --question intent --tickets intents.csv --out intent.head
+
+``--question NAME`` trains the head of one of the task's further questions (``[questions.NAME]``) on
+the task's own prompt, with that question's labels; name the file in the question's table (``head``).
+
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
@@ -36,6 +41,7 @@ import redis
 from producer import config
 from producer.config import group, option
 from producer.exitcodes import Exit, for_redis_error
+from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.evaluate import confusion_table
@@ -47,6 +53,7 @@ class TrainOptions:
     out: str | None = option(None, help="where to write the head (a .safetensors file)")
     seed: int = option(0, help="seed of the cross-validation folds")
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
+    asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,9 +89,13 @@ def run(ns: argparse.Namespace) -> int:
         if store.corrections_only and not store.from_redis:
             raise DataError("--corrections-only needs --from-redis")
         task = load_task(options.task)
+        question = args.asked.question
+        question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
+        asked = task.get_question(question)
+        head_data = task.head_data if asked is None else asked.head_data
         base = args.tickets
         if store.from_redis:
-            base = corrections.base_source(args.tickets, task.head_data, store.corrections_only)
+            base = corrections.base_source(args.tickets, head_data, store.corrections_only)
         items = read_items(base) if base else []
         if base:
             base_sha256 = hashlib.sha256(Path(base).read_bytes()).hexdigest()
@@ -92,16 +103,16 @@ def run(ns: argparse.Namespace) -> int:
             redis_client = corrections.client(store)
         if store.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
-            found = corrections.training_set(corrections.read_corrections(redis_client), rows)
+            found = corrections.training_set(corrections.read_corrections(redis_client, question), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (
                 f" + {found.from_file} rows of {base}" if base else " alone (no base data)"
             )
         if store.from_redis or store.publish:
-            published = redis_client.current_head()
+            published = redis_client.current_head(question)
         ids = [it.id for it in items]
-        check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
+        check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
             raise DataError(
@@ -121,9 +132,10 @@ def run(ns: argparse.Namespace) -> int:
     from worker.engine.training import train_head
     from worker.evaluate import load_engine
 
-    engine = load_engine("train", options)
+    engine = load_engine("train", options, questions=False)
     if isinstance(engine, int):
         return engine
+    engine = engine.asking(question)  # the question's labels; the task's prompt and pass
     texts = [it.text for it in items]
     recipe = Recipe.default(engine.n_layers)
     # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
@@ -190,7 +202,7 @@ def run(ns: argparse.Namespace) -> int:
             )
         try:
             gate = comparison.summary() if comparison is not None else None
-            version = redis_client.publish_head(head.to_bytes(), by=store.by, gate=gate)
+            version = redis_client.publish_head(head.to_bytes(), by=store.by, gate=gate, question=question)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", for_redis_error(exc))
         except ValueError as exc:

@@ -165,3 +165,15 @@ def test_head_note_reads_the_published_heads_training_metadata(
         assert "Published head: version 3" in note and "trained on 120 tickets" in note and "93%" in note
         assert "head version 4 will learn" in note
         assert "10% before, 90% after" in note
+
+
+def test_results_show_the_answers_to_further_questions(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    from producer.protocol import Result
+
+    answers = {"intent": {"label": "lost_or_stolen_card", "scores": {"lost_or_stolen_card": 1.0}}}
+    result = Result("T-1", "billing", {"billing": 1.0}, "m", "d", answers=answers)
+    r.hset(keys.results, "T-1", result.to_json())
+    with TestClient(make_app()) as client:
+        assert "intent: lost_or_stolen_card" in client.get("/results", params={"q": "T-1"}).text

@@ -288,3 +288,67 @@ def test_a_trimmed_result_no_longer_lets_any_label_through(r: redis.Redis, keys:
     with pytest.raises(LabelError, match=r"unknown label whatever \(labels: account, billing\)"):
         Client(r, keys.prefix).label("T-4", "whatever")
     assert Client(r, keys.prefix).label("T-4", "account").label == "account"
+
+
+def test_a_further_questions_corrections_and_heads_have_keys_of_their_own(r: redis.Redis, keys: Keys) -> None:
+    client = Client(r, keys.prefix)
+    answers = {"intent": {"label": "lost_card", "scores": {"lost_card": 0.7, "refund": 0.3}}}
+    scores = {"billing": 0.6, "account": 0.4}
+    r.hset(keys.results, "T-9", Result("T-9", "billing", scores, "m", "d", answers=answers).to_json())
+    r.set(keys.text("T-9"), "my card is gone", ex=60)
+    with pytest.raises(LabelError, match=r"unknown label billing \(labels: lost_card, refund"):
+        client.label("T-9", "billing", question="intent")  # checked against the answer, not the primary
+    c = client.label("T-9", "refund", by="bo", question="intent")
+    assert (c.label, c.was) == ("refund", "lost_card")
+    assert r.hexists(f"{keys.prefix}:q:intent:labels", "T-9") and not r.exists(keys.labels)
+    assert [x.label for x in read_corrections(client, "intent")] == ["refund"]
+    assert read_corrections(client) == []
+    client.label("T-9", "account")  # the primary's correction is apart
+    assert [x.label for x in read_corrections(client)] == ["account"]
+    assert client.publish_head(b"intent-head", question="intent") == "1"
+    assert client.publish_head(b"team-head") == "1"  # versions count per question
+    assert client.current_head("intent") == ("1", b"intent-head")
+    assert client.current_head() == ("1", b"team-head")
+    assert [v.version for v in client.head_versions("intent")] == ["1"]
+    with pytest.raises(ValueError, match="without ':'"):
+        client.current_head("a:b")
+
+
+class AskingClassifier(FakeClassifier):
+    """Takes a head per question; the 'head' is its bytes (b'bad' is refused)."""
+
+    questions = ("intent", "urgency")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: Any = None
+        self.answer_heads: dict[str, Any] = {}
+
+    def load_head(self, data: bytes, version: str, question: str | None = None) -> None:
+        if data == b"bad":
+            raise ValueError("not a head")
+        if question is None:
+            self.head = (data, version)
+        else:
+            self.answer_heads[question] = (data, version)
+
+
+def test_the_watch_follows_every_questions_published_head(r: redis.Redis, keys: Keys) -> None:
+    classifier = AskingClassifier()
+    watch = HeadWatch(r, keys, classifier)
+    client = Client(r, keys.prefix)
+    with capture_logs() as logs:
+        assert watch.check() is False
+        client.publish_head(b"i1", question="intent")
+        assert watch.check() is True and classifier.answer_heads == {"intent": (b"i1", "1")}
+        assert classifier.head is None and watch.check() is False
+        client.publish_head(b"t1")
+        client.publish_head(b"bad", question="urgency")
+        assert watch.check() is True and classifier.head == (b"t1", "1")
+        assert "urgency" not in classifier.answer_heads and watch.check() is False  # refused once
+    events = [(e["event"], e.get("question"), e["version"]) for e in logs]
+    assert events == [
+        ("head_loaded", "intent", "1"),
+        ("head_loaded", None, "1"),
+        ("head_rejected", "urgency", "1"),
+    ]

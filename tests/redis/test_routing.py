@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -17,6 +18,7 @@ from support import FakeClassifier, finished
 
 from producer.protocol import Keys, Result, payload_digest
 from worker.connection import connect
+from worker.contract import Finished
 from worker.queue import RedisQueue
 from worker.routing import Router, job_id
 from worker.service import Service
@@ -159,3 +161,32 @@ def test_tickets_that_need_review_go_to_the_review_route(
             stale = list(r.scan_iter(match=pattern, count=1000))
             if stale:
                 r.delete(*stale)
+
+
+def test_a_further_questions_label_routes_with_a_job_of_its_own(
+    r: redis.Redis, keys: Keys, rq_queue: str
+) -> None:
+    """ "intent:lost_card" routes on the result's answers.intent; a ticket matching a primary route too
+    gets two jobs, with distinct ids (the primary's keeps the id it always had)."""
+    raws = payloads(keys.prefix)[:2]
+    for raw in raws:
+        r.lpush(keys.tickets, raw)
+    q = RedisQueue(r, keys, "w1")
+    claimed = q.claim(2, max_wait_s=0)
+    items = []
+    for raw, intent in zip(claimed, ["lost_card", "refund"], strict=True):
+        f = finished(raw)
+        answers = {"intent": {"label": intent, "scores": {"lost_card": 0.5, "refund": 0.5}}}
+        items.append(Finished(f.raw, f.ticket, replace(f.result, answers=answers)))
+    routes = {"billing": rq_queue, "intent:lost_card": rq_queue}
+    q.ack(items, [], Router(r, routes, "routing_handlers.record"))
+    ids = set(Queue(rq_queue, connection=r, serializer=JSONSerializer).get_job_ids())
+    first, second = items[0].result, items[1].result
+    assert ids == {
+        job_id(first.id, first.digest),
+        job_id(first.id, first.digest, "intent:lost_card"),
+        job_id(second.id, second.digest),
+    }
+    run_rq(r, rq_queue)
+    routed = sorted((res["id"], res["answers"]["intent"]["label"]) for _, res in routing_handlers.CALLS)
+    assert routed == [(first.id, "lost_card"), (first.id, "lost_card"), (second.id, "refund")]

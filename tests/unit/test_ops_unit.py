@@ -28,6 +28,30 @@ from worker.settings import Settings
 # -- metrics -----------------------------------------------------------------------------------------
 
 
+def test_metrics_count_answers_per_question_and_name_each_questions_head() -> None:
+    m = Metrics()
+
+    class Head:
+        id, version = "h1", "3"
+
+    m.set_question_heads({"intent": Head(), "urgency": None})
+    m.observe_answers(
+        [
+            {"intent": {"label": "lost_card"}},
+            {"intent": {"label": "lost_card"}, "urgency": {"label": "high"}},
+            {},
+        ]
+    )
+    text = m.render().decode()
+    for line in (
+        'ticketq_answers_total{label="lost_card",question="intent"} 2.0',
+        'ticketq_answers_total{label="high",question="urgency"} 1.0',
+        'ticketq_question_head_info{id="h1",question="intent",version="3"} 1.0',
+        'ticketq_question_head_info{id="",question="urgency",version=""} 1.0',
+    ):
+        assert line in text, line
+
+
 def test_metrics_render_the_documented_names_and_serve_them_over_http() -> None:
     m = Metrics()
     m.set_worker_info("w1", {"model": "m", "dtype": "float32", "device": "cpu"})

@@ -232,3 +232,38 @@ def test_any_escaped_text_decodes_to_a_writable_ticket_or_a_reason(value: str) -
         DeadLetter(exc.reason, raw, id=peek_id(raw)).to_json().encode("utf-8")
         return
     Result(ticket.id, "l", {"l": 1.0}, "m", "d", fields=ticket.fields).to_json().encode("utf-8")
+
+
+def test_result_answers_round_trip_and_are_absent_for_one_question() -> None:
+    from producer.protocol import Result
+
+    plain = Result(id="T-1", label="billing", scores={"billing": 0.9, "other": 0.1}, model="m", digest="d")
+    assert "answers" not in json.loads(plain.to_json())
+    answers = {"intent": {"label": "lost_card", "scores": {"lost_card": 0.8, "refund": 0.2}, "head": "3"}}
+    asked = Result(id="T-1", label="billing", scores=plain.scores, model="m", digest="d", answers=answers)
+    wire = json.loads(asked.to_json())
+    assert wire["answers"] == answers and wire["label"] == "billing"
+    assert Result.from_json(asked.to_json()).answers == answers
+    odd = {**wire, "answers": {"intent": {"label": 3}, "ok": {"label": "x", "scores": {"x": 1.0}}}}
+    assert Result.from_json(json.dumps(odd)).answers == {"ok": {"label": "x", "scores": {"x": 1.0}}}
+
+
+def test_stage_writes_every_answer_on_the_result() -> None:
+    from worker.engine.types import Answer, Prediction
+    from worker.stage import process
+
+    class Asking:
+        name, labels = "fake", ["a", "b"]
+
+        def describe(self) -> dict:
+            return {}
+
+        def classify(self, texts):
+            answer = Answer("x", {"x": 0.7, "y": 0.3}, head="h1")
+            return [Prediction("a", {"a": 1.0, "b": 0.0}, {}, answers={"q": answer}) for _ in texts], []
+
+    out = process([b'{"id": "1", "text": "hi"}'], Asking(), "w")
+    (done,) = out.finished
+    assert json.loads(done.result.to_json())["answers"] == {
+        "q": {"label": "x", "scores": {"x": 0.7, "y": 0.3}, "head": "h1"}
+    }

@@ -49,3 +49,44 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("labels = [")
     with pytest.raises(TaskError, match="not valid TOML"):
         load_task(bad)
+
+
+def test_questions_are_read_with_their_heads_beside_the_task_file(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'labels = ["billing", "other"]\nroute_handler = "app.handle"\n'
+        '[routes]\nbilling = "money"\n"intent:lost_card" = "security"\n'
+        '[questions.intent]\nlabels = ["lost_card", "refund"]\nhead_data = "intent.csv"\n'
+        '[questions.urgency]\nlabels = ["high", "low"]\nhead = "urgency.head"\n'
+    )
+    task = load_task(path)
+    assert [q.name for q in task.questions] == ["intent", "urgency"]
+    assert task.questions[0].head_data == str(tmp_path / "intent.csv")
+    assert task.questions[1].head == str(tmp_path / "urgency.head")
+    assert task.labels_of("intent") == ("lost_card", "refund") and task.labels_of(None) == task.labels
+    assert task.route_target("intent:lost_card") == ("intent", "lost_card")
+    assert task.route_target("billing") == (None, "billing")
+
+
+@pytest.mark.parametrize(
+    ("questions", "routes", "labels", "message"),
+    [
+        ({"a:b": {"labels": ["x", "y"]}}, {}, ["p", "q"], "question name"),
+        ({"intent": {"labels": ["x"]}}, {}, ["p", "q"], "at least two"),
+        ({"intent": {"labels": ["x", "y"], "heads": "f"}}, {}, ["p", "q"], "unknown keys"),
+        ({"intent": {"labels": ["x", "y"], "head": "a", "head_data": "b"}}, {}, ["p", "q"], "not both"),
+        ({"intent": ["x", "y"]}, {}, ["p", "q"], "a table with labels"),
+        ({"intent": {"labels": ["x", "y"]}}, {"intent:z": "q"}, ["p", "q"], "has no label 'z'"),
+        ({"intent": {"labels": ["x", "y"]}}, {"mood:x": "q"}, ["p", "q"], "unknown label"),
+        ({"intent": {"labels": ["x", "y"]}}, {}, ["intent:x", "q"], "reads as a route"),
+    ],
+)
+def test_bad_questions_are_refused_with_the_reason(questions, routes, labels, message) -> None:
+    with pytest.raises(TaskError, match=message):
+        Task.from_dict({"labels": labels, "questions": questions, "routes": routes})
+
+
+def test_an_unknown_question_is_named_with_the_known_ones() -> None:
+    task = Task.from_dict({"labels": ["p", "q"], "questions": {"intent": {"labels": ["x", "y"]}}})
+    with pytest.raises(TaskError, match="asks no question 'mood'; its questions: intent"):
+        task.labels_of("mood")

@@ -73,6 +73,24 @@ def head_engine(loaded: LoadedModel, task: Task, options: EngineOptions) -> tupl
     return (engine, "") if head else (None, "no head (--head none, or a task without one)")
 
 
+def asking_three(engine: Engine) -> Engine:
+    """The head engine asking three questions of every ticket: its primary head plus two further
+    questions answered by copies of it (same labels, same recipe), so the run measures what answering
+    more questions from the one pass costs, not what another recipe would."""
+    import copy
+    from dataclasses import replace
+
+    from worker.engine.task import Question
+
+    three = copy.copy(engine)
+    three.answer_heads = {}
+    extra = tuple(Question(f"copy{i}", engine.task.labels) for i in (1, 2))
+    three.task = replace(engine.task, questions=extra)
+    for q in extra:
+        three.use_head(engine.head, q.name)
+    return three
+
+
 Progress = Callable[[int], None]  # told how many more tickets are done
 
 
@@ -119,6 +137,29 @@ def run_engine(
         progress(len(part))
     out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
     return out
+
+
+def run_asking(
+    name: str, engine: Engine, items: Sequence[Item], chunk: int, progress: Progress
+) -> ModeResult:
+    """As :func:`run_engine`, through ``classify``: every question the engine asks, from one pass."""
+    out = ModeResult(name, [], [], [], 0.0)
+    meter, start = CpuMeter(), time.perf_counter()
+    for lo in range(0, len(items), chunk):
+        part = items[lo : lo + chunk]
+        predictions, stats = engine.classify([it.text for it in part])
+        out.ids += [it.id for it in part]
+        out.labels += [p.label for p in predictions]
+        out.margins += [_margin(p.scores) for p in predictions]
+        out.add_stats(stats)
+        progress(len(part))
+    out.seconds, out.others_cpu = time.perf_counter() - start, meter.others()
+    return out
+
+
+def _margin(scores: dict[str, float]) -> float:
+    top = sorted(scores.values(), reverse=True)
+    return top[0] - top[1] if len(top) > 1 else 0.0
 
 
 def naive_scorer(engine: Engine) -> ReferenceScorer:

@@ -21,7 +21,16 @@ from worker.bench import peer
 from worker.bench.config import MODES, BenchOptions
 from worker.bench.data import Item, length_sample
 from worker.bench.e2e import WorkerSpec, run_in_process, run_processes
-from worker.bench.modes import ModeResult, Progress, head_engine, make_engines, run_engine, run_naive
+from worker.bench.modes import (
+    ModeResult,
+    Progress,
+    asking_three,
+    head_engine,
+    make_engines,
+    run_asking,
+    run_engine,
+    run_naive,
+)
 from worker.bench.peak import CpuMeter, FlopModel, machine_info, matmul_peak_gflops, method_of
 from worker.bench.report import Report, agreement
 from worker.engine.engine import Engine
@@ -31,6 +40,7 @@ from worker.engine.task import Task
 
 SUBSET_MODES = ("naive", "per-item", "llamacpp")  # slow enough to run on a sample only
 BASELINE = "per-item"
+HEAD_3Q = "head-3q"  # reported beside head: the same head engine asking three questions per ticket
 
 
 def bench(
@@ -70,6 +80,14 @@ def bench(
             results.append(_quietest(partial(_peer, engine, mine, opts.engine.model), opts))
         else:
             results.append(_quietest(partial(_in_process, name, engines, mine, opts.drain), opts))
+        if name == "head":
+            engines[HEAD_3Q] = asking_three(engines["head"])
+            results.append(_quietest(partial(_in_process, HEAD_3Q, engines, mine, opts.drain), opts))
+            ratio = results[-1].items_per_s / results[-2].items_per_s
+            results[-1].notes.append(
+                f"three questions from one pass (the head and two copies): {ratio:.2f}x head's items/s "
+                "with one, same run"
+            )
         if len(mine) < len(items):
             results[-1].notes.append(
                 f"ran on a length-stratified sample of {len(mine)} of {len(items)} tickets"
@@ -93,7 +111,7 @@ def bench(
         baseline=baseline.name,
         modes=results,
         # The head is another classifier: it is meant to disagree with zero-shot scoring (and be right).
-        agreements={r.name: agreement(baseline, r) for r in results if r.name != "head"},
+        agreements={r.name: agreement(baseline, r) for r in results if r.name not in ("head", HEAD_3Q)},
         matmul_peak_gflops=peak,
         flops=flops,
         notes=notes,
@@ -119,7 +137,7 @@ def _flops(
     )
     out = {}
     for r in results:
-        if r.name == "head":  # not a method the FLOP model describes (fewer layers, no label tree)
+        if r.name in ("head", HEAD_3Q):  # not a method the FLOP model describes (fewer layers, no label tree)
             continue
         mine = [lengths[i] for i in r.ids if i in lengths]
         out[r.name] = (fm.total(method_of(r.name), mine), fm.total(baseline, mine))
@@ -183,9 +201,10 @@ def _in_process(name: str, engines: dict[str, Engine], items: list[Item], drain:
             return run_naive(engines["engine"], items, tick)
     engine = engines[name]
     chunk = 1 if engine.options.batch_size == 1 else drain  # item by item, or the service's drain
-    run_engine(name, engine, items[:2], chunk, _ignore)
+    run = run_asking if name == HEAD_3Q else run_engine
+    run(name, engine, items[:2], chunk, _ignore)
     with _bar(name, len(items)) as tick:
-        return run_engine(name, engine, items, chunk, tick)
+        return run(name, engine, items, chunk, tick)
 
 
 def _peer(engine: Engine, items: list[Item], model: str) -> ModeResult:

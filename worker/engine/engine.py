@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from . import features as feats
+from . import questions as qs
 from .decide import decide
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel
@@ -16,9 +19,9 @@ from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
 from .scorer import Scorer
-from .task import CONTENT_FREE, Task, load_task
+from .task import CONTENT_FREE, Task, TaskError, load_task
 from .training import resolve_head
-from .types import BatchStats, Prediction
+from .types import Answer, BatchStats, Prediction
 
 
 class Engine:
@@ -37,17 +40,27 @@ class Engine:
         pad = self.tokenizer.pad_token_id
         self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
         self.startup: dict[str, Any] = {}
+        self.asks: str | None = None  # the question this engine answers alone (asking()); None: all
         self.prior: torch.Tensor | None = None
         if task.calibrate:
             self.prior = self.logprobs(CONTENT_FREE)[0].mean(0)
         self.head: Head | None = None  # decides when set (use_head); else zero-shot label scoring
+        # further questions' heads (task [questions.NAME]), read from the same pass as the primary's
+        self.answer_heads: dict[str, Head] = {}
 
     @classmethod
-    def load(cls, options: EngineOptions | None = None, log: Callable[..., None] | None = None) -> Engine:
+    def load(
+        cls,
+        options: EngineOptions | None = None,
+        log: Callable[..., None] | None = None,
+        *,
+        questions: bool = True,
+    ) -> Engine:
         """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
         set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`); then the
         head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
-        **fields)`` hears of a head being trained or taken from the cache."""
+        **fields)`` hears of a head being trained or taken from the cache. ``questions``: also load (or
+        train) the heads of the task's further questions (``train`` needs none of them)."""
         from . import autodtype, threads
 
         opts = options or EngineOptions()
@@ -61,8 +74,17 @@ class Engine:
             **chosen.log_fields(),
             **(decision.log_fields() if decision else {"dtype_chosen": loaded.dtype_name}),
         }
-        resolve_head(engine, opts.head, log)
+        engine.resolve_heads(opts.head, log, questions=questions)
         return engine
+
+    def resolve_heads(
+        self, spec: str | None = None, log: Callable[..., None] | None = None, *, questions: bool = True
+    ) -> None:
+        """Use the primary head ``spec`` selects (:func:`.training.resolve_head`) and, with ``questions``,
+        each further question's own (its file or its ``head_data``, trained on first use and cached)."""
+        resolve_head(self, spec, log)
+        for q in self.task.questions if questions else ():
+            self.use_head(resolve_head(self.asking(q.name), None, log), q.name)
 
     @property
     def identity(self) -> Identity:
@@ -76,11 +98,52 @@ class Engine:
         )
 
     @property
+    def questions(self) -> tuple[str, ...]:
+        """The task's further questions, by name (each answered when it has a head)."""
+        return tuple(q.name for q in self.task.questions)
+
+    def asking(self, question: str | None) -> Engine:
+        """This engine answering one question alone, sharing the loaded model, prompt and prefix cache:
+        its task's labels are the question's and its head is the question's head, so training, ``eval``
+        and ``verify`` of a question use the same code as the primary's. ``None``: the primary alone.
+        Zero-shot label scoring answers the primary question only (the prompt asks that one)."""
+        try:
+            q = self.task.get_question(question)
+        except TaskError as exc:
+            raise HeadError(str(exc)) from None
+        alone = copy.copy(self)
+        alone.answer_heads = {}
+        if q is None:
+            return alone
+        alone.asks = q.name
+        alone.task = Task(
+            name=f"{self.task.name}:{q.name}",
+            labels=q.labels,
+            instructions=self.task.instructions,
+            question=self.task.question,
+            calibrate=False,
+            head=q.head,
+            head_data=q.head_data,
+        )
+        alone.prior = None
+        alone.head = self.answer_heads.get(q.name)
+        return alone
+
+    @property
     def n_layers(self) -> int:
         return feats.n_layers(self.scorer)
 
-    def use_head(self, head: Head | None) -> None:
-        """Decide with ``head`` from now on (``None``: zero-shot). Raises HeadError if it does not fit."""
+    def use_head(self, head: Head | None, question: str | None = None) -> None:
+        """Decide with ``head`` from now on (``None``: zero-shot; for a further ``question``: not
+        answered). Raises HeadError if it does not fit."""
+        if question is not None:
+            alone = self.asking(question)  # HeadError for a question the task does not ask
+            alone.use_head(head)
+            if head is None:
+                self.answer_heads.pop(question, None)
+            else:
+                self.answer_heads[question] = head
+            return
         if head is not None:
             head.check(self.identity)
             if head.recipe.layer > self.n_layers:
@@ -91,9 +154,10 @@ class Engine:
                 raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
         self.head = head
 
-    def load_head(self, data: bytes, version: str) -> None:
-        """Switch to a head published in Redis (worker.headwatch); HeadError keeps the current one."""
-        self.use_head(Head.from_bytes(data, version=version))
+    def load_head(self, data: bytes, version: str, question: str | None = None) -> None:
+        """Switch to a head published in Redis (worker.headwatch) for the primary question or a further
+        one; HeadError keeps the current one."""
+        self.use_head(Head.from_bytes(data, version=version), question)
 
     @property
     def name(self) -> str:
@@ -116,6 +180,9 @@ class Engine:
             "calibrated": self.prior is not None,
             "method": "head" if self.head else "zero-shot",
             "head": self.head.summary() if self.head else None,
+            "questions": {
+                q: self.answer_heads[q].summary() if q in self.answer_heads else None for q in self.questions
+            },
             **self.startup,  # how threads and dtype were chosen (Engine.load): worker_start logs it
         }
 
@@ -144,6 +211,10 @@ class Engine:
     ) -> tuple[torch.Tensor, list[BatchStats]]:
         """(tickets, labels) summed label log-probabilities, in input order, and per-pass stats;
         ``on_pass`` hears of each pass as it ends, so a long drain shows progress while it runs."""
+        if self.asks is not None:
+            raise HeadError(
+                f"question {self.asks!r} has no head; zero-shot scoring answers the primary question only"
+            )
         suffixes = self.tokenize(texts)
         lengths = [self.scorer.segment_len(len(s)) for s in suffixes]
         return self._passes(suffixes, lengths, len(self.task.labels), self.scorer.score, on_pass)
@@ -170,6 +241,27 @@ class Engine:
 
         width = int(self.loaded.model.config.hidden_size)
         return self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
+
+    def features_many(
+        self,
+        texts: Sequence[str],
+        recipes: Sequence[feats.Recipe],
+        *,
+        on_pass: Callable[[BatchStats], None] | None = None,
+    ) -> tuple[list[torch.Tensor], list[BatchStats]]:
+        """Per recipe, (tickets, hidden) float32 features in input order, all from one packed,
+        prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.questions`)."""
+        unique = list(dict.fromkeys(recipes))
+        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        after = len(self.prompt.after_ids)
+
+        def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
+            return torch.cat(qs.extract_many(self.scorer, sfx, plan, unique, after), dim=1)
+
+        width = int(self.loaded.model.config.hidden_size)
+        x, stats = self._passes(suffixes, [len(s) for s in suffixes], width * len(unique), run, on_pass)
+        parts = x.split(width, dim=1)
+        return [parts[unique.index(r)] for r in recipes], stats
 
     def _passes(
         self,
@@ -204,7 +296,7 @@ class Engine:
         head = self.head
         if head is not None:
             x, stats = self.features(texts, head.recipe, on_pass=on_pass)
-            return torch.log_softmax(head.logits(x), -1), None, stats
+            return head_logprobs(head, x), None, stats
         logp, stats = self.logprobs(texts, on_pass=on_pass)
         return logp, self.prior, stats
 
@@ -214,8 +306,36 @@ class Engine:
         if not texts:
             return [], []
         head = self.head  # a head's labels are the task's (use_head checks), in the same order
-        logp, prior, stats = self.decision_logprobs(texts, on_pass=on_pass)
-        return predictions(self.task.labels, logp, prior, head), stats
+        asked = dict(self.answer_heads)
+        if not asked:
+            logp, prior, stats = self.decision_logprobs(texts, on_pass=on_pass)
+            return predictions(self.task.labels, logp, prior, head), stats
+        # Every head reads one pass; a zero-shot primary needs its label-scoring pass besides.
+        heads = ([head] if head is not None else []) + list(asked.values())
+        xs, stats = self.features_many(texts, [h.recipe for h in heads], on_pass=on_pass)
+        if head is not None:
+            logp, prior = head_logprobs(head, xs.pop(0)), None
+        else:
+            logp, more = self.logprobs(texts, on_pass=on_pass)
+            prior, stats = self.prior, stats + more
+        answers = {q: answer(h, x) for (q, h), x in zip(asked.items(), xs, strict=True)}
+        primary = predictions(self.task.labels, logp, prior, head)
+        return [
+            replace(p, answers={q: a[i] for q, a in answers.items()}) for i, p in enumerate(primary)
+        ], stats
+
+
+def head_logprobs(head: Head, features: torch.Tensor) -> torch.Tensor:
+    """(tickets, head labels) log-probabilities a head gives its features: what decides its answers."""
+    return torch.log_softmax(head.logits(features), -1)
+
+
+def answer(head: Head, features: torch.Tensor) -> list[Answer]:
+    """A further question's answers, one per ticket, from its head over its features."""
+    return [
+        Answer(p.label, p.scores, head.name)
+        for p in predictions(head.labels, head_logprobs(head, features), None, head)
+    ]
 
 
 def predictions(

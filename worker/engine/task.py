@@ -1,7 +1,14 @@
-"""A classification task: labels, instructions, few-shot examples and routes, read from TOML."""
+"""A classification task: labels, instructions, few-shot examples and routes, read from TOML.
+
+A task asks one question of every ticket, its primary one (``labels``; what a result's ``label`` answers),
+and may ask more: each ``[questions.NAME]`` table has its own ``labels`` and a trained head (``head`` or
+``head_data``) that reads the same forward pass (docs/head.md, "Several questions"). A route names a
+primary label, or ``NAME:label`` for a question's.
+"""
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,8 +29,42 @@ CONTENT_FREE = ("N/A", "[empty]", "...")
 REVIEW_ROUTE = "review"
 
 
+# A question's name travels in Redis keys, metric labels, results and routes ("NAME:label"): no colon.
+QUESTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+ROUTE_SEP = ":"  # a route "intent:lost_card" is the label lost_card of the question intent
+
+
 class TaskError(ValueError):
     """A task file that cannot be used, with the reason."""
+
+
+def check_labels(labels: tuple[str, ...], what: str) -> None:
+    if len(labels) < 2:
+        raise TaskError(f"{what} needs at least two labels, got {list(labels)}")
+    for label in labels:
+        if not isinstance(label, str) or not label or label != label.strip() or "\n" in label:
+            raise TaskError(f"label {label!r} must be non-empty, single-line, without outer white space")
+    if len(set(labels)) != len(labels):
+        raise TaskError(f"duplicate labels in {list(labels)}")
+
+
+@dataclass(frozen=True)
+class Question:
+    """A further question the task asks of every ticket, answered by a trained head of its own."""
+
+    name: str
+    labels: tuple[str, ...]
+    head: str | None = None  # a head file (absolute once loaded)
+    head_data: str | None = None  # labelled tickets (id,text,label) to train its head from, cached
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
+            raise TaskError(
+                f"question name {self.name!r}: a letter, then up to 63 letters, digits, '_' or '-'"
+            )
+        check_labels(self.labels, f"question {self.name!r}")
+        if self.head and self.head_data:
+            raise TaskError(f"question {self.name!r}: give head or head_data, not both")
 
 
 @dataclass(frozen=True)
@@ -49,28 +90,56 @@ class Task:
     # auto-routed tickets that accurate. At most one of the two; --review-below overrides both.
     review_below: float | None = None
     auto_accuracy: float | None = None
+    questions: tuple[Question, ...] = ()  # further questions, each answered by a head of its own
 
     def __post_init__(self) -> None:
-        if len(self.labels) < 2:
-            raise TaskError(f"a task needs at least two labels, got {list(self.labels)}")
-        for label in self.labels:
-            if not label or label != label.strip() or "\n" in label:
-                raise TaskError(f"label {label!r} must be non-empty, single-line, without outer white space")
-        if len(set(self.labels)) != len(self.labels):
-            raise TaskError(f"duplicate labels in {list(self.labels)}")
+        check_labels(self.labels, "a task")
+        names = [q.name for q in self.questions]
+        if len(set(names)) != len(names):
+            raise TaskError(f"duplicate question names in {names}")
+        for label in self.labels:  # a primary label "intent:x" would make the route "intent:x" ambiguous
+            name, sep, _ = label.partition(ROUTE_SEP)
+            if sep and name in names:
+                raise TaskError(f"label {label!r} reads as a route to question {name!r}")
         for ex in self.examples:
             if ex.label not in self.labels:
                 raise TaskError(f"example label {ex.label!r} is not one of {list(self.labels)}")
             if not ex.text.strip():
                 raise TaskError("an example has empty text")
-        for label in self.routes:
-            if label not in self.labels and label != REVIEW_ROUTE:
-                raise TaskError(f"route for unknown label {label!r}; labels are {list(self.labels)}")
+        for route in self.routes:
+            if route != REVIEW_ROUTE:
+                self.route_target(route)
         if self.review_below is not None and self.auto_accuracy is not None:
             raise TaskError("review_below and auto_accuracy: give one (a threshold, or the accuracy)")
         for name, value in (("review_below", self.review_below), ("auto_accuracy", self.auto_accuracy)):
             if value is not None and not 0.0 < value < 1.0:
                 raise TaskError(f"{name} must be between 0 and 1 (exclusive), got {value}")
+
+    def get_question(self, name: str | None) -> Question | None:
+        """The question called ``name`` (None: the primary, returned as None). TaskError if unknown."""
+        if name is None:
+            return None
+        for q in self.questions:
+            if q.name == name:
+                return q
+        known = ", ".join(q.name for q in self.questions) or "none"
+        raise TaskError(f"task {self.name!r} asks no question {name!r}; its questions: {known}")
+
+    def labels_of(self, name: str | None) -> tuple[str, ...]:
+        """The labels of question ``name`` (None: the primary)."""
+        q = self.get_question(name)
+        return self.labels if q is None else q.labels
+
+    def route_target(self, route: str) -> tuple[str | None, str]:
+        """(question, label) a route names: ``label`` (primary) or ``NAME:label``. TaskError if neither."""
+        if route in self.labels:
+            return None, route
+        name, sep, label = route.partition(ROUTE_SEP)
+        if sep and any(q.name == name for q in self.questions):
+            if label in self.labels_of(name):
+                return name, label
+            raise TaskError(f"route {route!r}: question {name!r} has no label {label!r}")
+        raise TaskError(f"route for unknown label {route!r}; labels are {list(self.labels)}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
@@ -88,6 +157,7 @@ class Task:
                 head_data=data.get("head_data"),
                 review_below=_probability(data, "review_below"),
                 auto_accuracy=_probability(data, "auto_accuracy"),
+                questions=_questions(data.get("questions", {})),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -100,6 +170,22 @@ def _probability(data: dict[str, Any], name: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TaskError(f"{name} must be a number between 0 and 1, got {value!r}")
     return float(value)
+
+
+def _questions(table: Any) -> tuple[Question, ...]:
+    if not isinstance(table, dict):
+        raise TaskError("questions: a table of [questions.NAME] tables")
+    out = []
+    for name, q in table.items():
+        if not isinstance(q, dict) or "labels" not in q:
+            raise TaskError(f"question {name!r}: a table with labels (and head or head_data)")
+        unknown = sorted(set(q) - {"labels", "head", "head_data"})
+        if unknown:
+            raise TaskError(f"question {name!r}: unknown keys {unknown}; use labels, head, head_data")
+        if not isinstance(q["labels"], list):
+            raise TaskError(f"question {name!r}: labels must be a list")
+        out.append(Question(name, tuple(q["labels"]), q.get("head"), q.get("head_data")))
+    return tuple(out)
 
 
 def load_task(path: str | Path | None = None) -> Task:
@@ -115,6 +201,13 @@ def load_task(path: str | Path | None = None) -> Task:
     # Files a task names are relative to the task file, so a task and its head travel together.
     return replace(
         task,
-        head=str((p.parent / task.head).resolve()) if task.head else None,
-        head_data=str((p.parent / task.head_data).resolve()) if task.head_data else None,
+        head=_beside(p, task.head),
+        head_data=_beside(p, task.head_data),
+        questions=tuple(
+            replace(q, head=_beside(p, q.head), head_data=_beside(p, q.head_data)) for q in task.questions
+        ),
     )
+
+
+def _beside(task_file: Path, name: str | None) -> str | None:
+    return str((task_file.parent / name).resolve()) if name else None

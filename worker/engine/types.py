@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One further question's answer (the task's ``[questions.NAME]``), decided by that question's head."""
+
+    label: str
+    scores: dict[str, float]  # label -> probability
+    head: str | None = None  # the head's version (published) or id
 
 
 @dataclass(frozen=True)
@@ -13,6 +22,7 @@ class Prediction:
     logprobs: dict[str, float]
     method: str = "zero-shot"  # "head" when a trained head decided
     head: str | None = None  # the head's version (published) or id
+    answers: dict[str, Answer] = field(default_factory=dict)  # question name -> answer, from the same pass
 
 
 @dataclass(frozen=True)

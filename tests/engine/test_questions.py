@@ -1,0 +1,178 @@
+"""Several questions per task, one pass: on the tiny random model, every answer equals its head asked
+alone, the pass stops at the deepest layer any head reads, and heads are refused for the wrong question."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from test_head import WORDS, labelled
+
+from worker.engine import Engine
+from worker.engine.features import LAST, MEAN, Recipe
+from worker.engine.head import Head, HeadError
+from worker.engine.model import LoadedModel
+from worker.engine.task import Question, load_task
+from worker.engine.training import train_head
+
+URGENCY = ("urgent", "routine")
+
+
+def urgency_of(text: str) -> str:
+    urgent = ("crash", "charged twice", "password", "error 500")
+    return "urgent" if any(w in text for w in urgent) else "routine"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny: LoadedModel) -> Engine:
+    task = load_task()
+    questions = (Question("urgency", URGENCY), Question("topic", tuple(WORDS)))
+    return Engine(tiny, replace(task, questions=questions))
+
+
+def train_for(engine: Engine, question: str | None, recipe: Recipe) -> Head:
+    """A head for ``question`` with random weights (training is tests/engine/test_head.py's business)."""
+    alone = engine.asking(question)
+    ident = alone.identity
+    gen = torch.Generator().manual_seed(len(ident.labels) * 10 + recipe.layer)
+    return Head(
+        labels=ident.labels,
+        weight=torch.randn(len(ident.labels), ident.hidden_size, generator=gen),
+        bias=torch.randn(len(ident.labels), generator=gen),
+        recipe=recipe,
+        model=ident.model,
+        model_digest=ident.model_digest,
+        prompt_digest=ident.prompt_digest,
+    )
+
+
+def test_a_question_head_trains_on_the_tasks_own_prompt(engine: Engine) -> None:
+    texts, _ = labelled(4)
+    head = train_head(engine.asking("urgency"), texts, [urgency_of(t) for t in texts], seed=1)
+    assert head.labels == URGENCY and head.prompt_digest == engine.identity.prompt_digest
+    engine.use_head(head, "urgency")
+    engine.use_head(None, "urgency")
+
+
+TEXTS = [
+    "Hello, I was charged twice for my plan.",
+    "The app shows error 500 when I open settings and then it crashes again and again.",
+    "x",
+    "Please change the email on my profile.",
+]
+
+
+def ask_alone(engine: Engine, question: str | None, texts: list[str]) -> list:
+    return engine.asking(question).classify(texts)[0]
+
+
+@pytest.mark.parametrize(
+    "recipes",
+    [
+        {None: Recipe(1, MEAN), "urgency": Recipe(1, MEAN), "topic": Recipe(1, MEAN)},  # one recipe
+        {None: Recipe(1, MEAN), "urgency": Recipe(2, LAST), "topic": Recipe(1, LAST)},  # three
+    ],
+)
+def test_answers_from_one_pass_equal_each_head_asked_alone(engine: Engine, recipes: dict) -> None:
+    heads = {q: train_for(engine, q, r) for q, r in recipes.items()}
+    for q, h in heads.items():
+        engine.use_head(h, q)
+    try:
+        together, stats = engine.classify(TEXTS)
+        assert len(stats) == 1  # four short tickets: one pass answers all three questions
+        primary = ask_alone(engine, None, TEXTS)
+        for got, want in zip(together, primary, strict=True):
+            assert (got.label, got.method, got.head) == (want.label, "head", heads[None].name)
+            assert got.scores == pytest.approx(want.scores, abs=2e-6)
+            assert set(got.answers) == {"urgency", "topic"}
+        for q in ("urgency", "topic"):
+            alone = ask_alone(engine, q, TEXTS)
+            for got, want in zip(together, alone, strict=True):
+                answer = got.answers[q]
+                assert answer.label == want.label and answer.head == heads[q].name
+                assert set(answer.scores) == set(engine.task.labels_of(q))
+                assert answer.scores == pytest.approx(want.scores, abs=2e-6)
+    finally:
+        for q in recipes:
+            engine.use_head(None, q)
+
+
+def test_the_pass_stops_at_the_deepest_layer_any_head_reads(engine: Engine) -> None:
+    calls = [0, 0]
+    handles = [
+        layer.register_forward_hook(lambda *_a, i=i: calls.__setitem__(i, calls[i] + 1))
+        for i, layer in enumerate(engine.scorer.body.layers)
+    ]
+    try:
+        engine.use_head(train_for(engine, None, Recipe(1, MEAN)), None)
+        engine.use_head(train_for(engine, "urgency", Recipe(1, LAST)), "urgency")
+        calls[:] = [0, 0]
+        engine.classify(TEXTS)
+        assert calls == [1, 0]  # both heads read layer 1 of 2: the second layer never runs
+        engine.use_head(train_for(engine, "topic", Recipe(2, MEAN)), "topic")
+        calls[:] = [0, 0]
+        engine.classify(TEXTS)
+        assert calls == [1, 1]  # one head reads layer 2: still one pass, through both layers once
+    finally:
+        for h in handles:
+            h.remove()
+        for q in (None, "urgency", "topic"):
+            engine.use_head(None, q)
+
+
+def test_a_zero_shot_primary_keeps_its_scores_and_gains_the_answers(engine: Engine) -> None:
+    plain = engine.classify(TEXTS)[0]
+    engine.use_head(train_for(engine, "urgency", Recipe(1, MEAN)), "urgency")
+    try:
+        asked = engine.classify(TEXTS)[0]
+    finally:
+        engine.use_head(None, "urgency")
+    assert [p.label for p in asked] == [p.label for p in plain]
+    assert [p.method for p in asked] == ["zero-shot"] * len(TEXTS)
+    assert all(set(p.answers) == {"urgency"} and p.answers["urgency"].label in URGENCY for p in asked)
+    assert all(p.answers == {} for p in plain)
+
+
+def test_heads_are_refused_for_the_wrong_question(engine: Engine) -> None:
+    urgency = train_for(engine, "urgency", Recipe(1, MEAN))
+    with pytest.raises(HeadError, match="labels"):
+        engine.use_head(urgency, None)  # urgent/routine is not the primary's label set
+    with pytest.raises(HeadError, match="labels"):
+        engine.use_head(urgency, "topic")
+    with pytest.raises(HeadError, match="asks no question 'mood'"):
+        engine.use_head(urgency, "mood")
+    with pytest.raises(HeadError, match="zero-shot scoring answers the primary question only"):
+        engine.asking("urgency").classify(TEXTS)  # no head for it yet
+    assert engine.answer_heads == {}
+    described = engine.describe()["questions"]
+    assert described == {"urgency": None, "topic": None}
+
+
+def test_a_question_head_round_trips_through_bytes(engine: Engine) -> None:
+    head = train_for(engine, "topic", Recipe(1, MEAN))
+    engine.load_head(head.to_bytes(), "7", "topic")
+    try:
+        (p,) = engine.classify(TEXTS[:1])[0]
+        assert p.answers["topic"].head == "7"
+        assert torch.equal(engine.answer_heads["topic"].weight, head.weight)
+    finally:
+        engine.use_head(None, "topic")
+
+
+def test_bench_asks_three_questions_from_the_head_engines_one_pass(engine: Engine) -> None:
+    from worker.bench.data import Item
+    from worker.bench.modes import asking_three, run_asking, run_engine
+
+    engine.use_head(train_for(engine, None, Recipe(1, MEAN)), None)
+    try:
+        items = [Item(str(i), t) for i, t in enumerate(TEXTS)]
+        three = asking_three(engine)
+        assert three.questions == ("copy1", "copy2") and engine.answer_heads == {}
+        (p, *_), _ = three.classify(TEXTS)
+        assert p.answers["copy1"].label == p.answers["copy2"].label == p.label
+        one = run_engine("head", engine, items, 256, lambda n: None)
+        asked = run_asking("head-3q", three, items, 256, lambda n: None)
+        assert asked.labels == one.labels and asked.real_tokens == one.real_tokens  # the same one pass
+    finally:
+        engine.use_head(None, None)
