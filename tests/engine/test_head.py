@@ -325,3 +325,36 @@ def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Hea
     engine = Engine.load(options)
     assert engine.head is not None and engine.head.id == head.id
     assert Engine.load(replace(options, head="none")).head is None
+
+
+def test_temperature_and_review_threshold_round_trip_and_scale_scores(head: Head, tmp_path: Path) -> None:
+    warm = replace(head, temperature=2.5, review_below=0.6)
+    assert warm.id != head.id  # what the scores mean is part of the head's identity
+    warm.save(tmp_path / "w.head")
+    back = Head.load(tmp_path / "w.head")
+    assert back.temperature == 2.5 and back.review_below == 0.6 and back.id == warm.id
+    x = torch.randn(4, head.hidden_size, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(back.log_probs(x), torch.log_softmax(head.logits(x) / 2.5, -1))
+    torch.testing.assert_close(back.probabilities(x).sum(-1), torch.ones(4))
+    assert back.predict(x) == head.predict(x)  # a temperature never changes a decision
+    assert back.layers == head.recipe.layers == (head.recipe.layer,)
+    with pytest.raises(HeadError, match="temperature"):
+        replace(head, temperature=0.0)
+    with pytest.raises(HeadError, match="review_below"):
+        replace(head, review_below=1.5)
+
+
+def test_a_head_file_without_temperature_loads_with_one(head: Head) -> None:
+    """Files written before calibration existed: no temperature or review_below in the metadata."""
+    import json
+
+    from safetensors.torch import save
+
+    from producer.learning import HEAD_META_KEY
+
+    meta = {k: v for k, v in replace(head, temperature=1.0).meta().items()}
+    meta.pop("temperature"), meta.pop("review_below")
+    old = save({"weight": head.weight, "bias": head.bias}, metadata={HEAD_META_KEY: json.dumps(meta)})
+    back = Head.from_bytes(old)
+    assert back.temperature == 1.0 and back.review_below is None
+    assert back.id == replace(head, temperature=1.0, review_below=None).id

@@ -204,7 +204,7 @@ class Engine:
         head = self.head
         if head is not None:
             x, stats = self.features(texts, head.recipe, on_pass=on_pass)
-            return torch.log_softmax(head.logits(x), -1), None, stats
+            return head.log_probs(x), None, stats
         logp, stats = self.logprobs(texts, on_pass=on_pass)
         return logp, self.prior, stats
 
