@@ -40,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tickets", help="labelled tickets: JSONL or CSV with id,text,label")
     parser.add_argument("--out", help="where to write the head (a .safetensors file)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the cross-validation folds (default 0)")
+    parser.add_argument(
+        "--auto-accuracy",
+        type=float,
+        help="accuracy the auto-routed tickets must reach: the head stores the confidence threshold "
+        "(review_below) that keeps its out-of-fold predictions there (default: the task's auto_accuracy)",
+    )
     add_engine_arguments(parser)
     corrections.add_arguments(parser)
 
@@ -81,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
                 f" + {found.from_file} rows of {args.tickets}" if args.tickets else ""
             )
         check_labels(items, task.labels)  # every ticket labelled, with one of the task's labels
+        auto_accuracy = args.auto_accuracy
+        if auto_accuracy is None:
+            auto_accuracy = getattr(task, "auto_accuracy", None)
+        if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
+            raise DataError(f"--auto-accuracy must lie in (0, 1], got {auto_accuracy}")
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
             raise DataError(
@@ -103,7 +114,13 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with Progress() as progress:
         head = train_head(
-            engine, [it.text for it in items], labels, seed=args.seed, progress=progress, corrected=corrected
+            engine,
+            [it.text for it in items],
+            labels,
+            seed=args.seed,
+            progress=progress,
+            corrected=corrected,
+            auto_accuracy=auto_accuracy,
         )
     seconds = time.perf_counter() - start
     print(report(head, engine.describe(), source, seconds))
@@ -147,6 +164,43 @@ class Progress:
             bar.close()
 
 
+def calibration_lines(head: Any) -> list[str]:
+    """The out-of-fold calibration the head recorded: temperature, ECE, risk-coverage, auto_accuracy."""
+    t = head.training
+    if "cv_ece" not in t:
+        return []
+    kept = ", ".join(
+        f"{float(f):.0%} {'-' if a is None else f'{a:.1%}'}" for f, a in t["cv_accuracy_at"].items()
+    )
+    reach = ", ".join(
+        f"{float(target):.0%} at "
+        + (
+            "unreachable"
+            if c is None
+            else f"coverage {c['coverage']:.1%} (confidence >= {c['threshold']:.3f})"
+        )
+        for target, c in t["cv_coverage_for"].items()
+    )
+    lines = [
+        "",
+        f"calibration (out of fold): temperature {head.temperature:g}; ECE {t['cv_ece']:.2%} "
+        f"(15 bins; {t['cv_ece_uncalibrated']:.2%} before the temperature)",
+        f"accuracy of the most confident: {kept}",
+        f"coverage for accuracy: {reach}",
+    ]
+    if "auto_accuracy" in t:
+        coverage = t.get("expected_coverage")
+        lines.append(
+            f"auto_accuracy {t['auto_accuracy']:.1%}: review below confidence {head.review_below:.3f}; "
+            + (
+                "unreachable out of fold: every ticket goes to review"
+                if coverage is None
+                else f"expected coverage {coverage:.1%} auto-routed"
+            )
+        )
+    return lines
+
+
 def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     t = head.training
     counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
@@ -165,6 +219,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
         "",
         *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
+    lines += calibration_lines(head)
     if "corrections_n" in t:
         before = t.get("corrections_accuracy_before")
         after = t.get("corrections_accuracy_after")

@@ -194,6 +194,7 @@ def test_train_command_writes_a_head_and_prints_cv(
     )
     printed = capsys.readouterr().out
     assert code == 0 and "cross-validated accuracy" in printed and "confusion matrix" in printed
+    assert "calibration (out of fold): temperature" in printed and "coverage for accuracy" in printed
     head = Head.load(out)
     assert head.training["n"] == 18 and head.id in printed
 
@@ -358,3 +359,32 @@ def test_a_head_file_without_temperature_loads_with_one(head: Head) -> None:
     back = Head.from_bytes(old)
     assert back.temperature == 1.0 and back.review_below is None
     assert back.id == replace(head, temperature=1.0, review_below=None).id
+
+
+def test_training_fits_a_temperature_and_picks_the_review_threshold(engine: Engine) -> None:
+    from worker.engine.calibration import threshold_for_accuracy
+    from worker.engine.fit import fit as fit_features
+
+    texts, labels = labelled()
+    h = train_head(engine, texts, labels, seed=3, auto_accuracy=0.9)
+    t = h.training
+    assert (
+        h.temperature > 0
+        and 0.0 <= t["cv_ece"] <= 1.0
+        and set(t["cv_accuracy_at"]) == {"1", "0.9", "0.8", "0.7"}
+    )
+    # recompute the threshold from the same out-of-fold logits: it is what the head stored
+    x, _ = engine.features(texts, h.recipe)
+    present = [lab for lab in engine.task.labels if lab in labels]
+    y = [present.index(lab) for lab in labels]
+    oof = fit_features(x, y, len(present), seed=3).cv_logits
+    assert oof is not None
+    probs = torch.softmax(oof / h.temperature, -1)
+    conf, right = probs.max(1).values.tolist(), (probs.argmax(1) == torch.tensor(y)).tolist()
+    threshold, coverage = threshold_for_accuracy(conf, right, 0.9)
+    assert h.review_below == (1.0 if threshold is None else threshold)
+    assert t["auto_accuracy"] == 0.9 and t["expected_coverage"] == (
+        None if coverage is None else round(coverage, 4)
+    )
+    with pytest.raises(TrainingError, match="auto_accuracy"):
+        train_head(engine, texts, labels, auto_accuracy=1.5)
