@@ -231,6 +231,11 @@ def test_eval_with_a_head_reports_both_methods(
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["method"] == "head" and report["head"]["id"] == head.id
     assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == 9
+    assert "ECE" in printed and "coverage for accuracy" in printed
+    cal = report["calibration"]
+    assert (
+        0 <= cal["ece"] <= 1 and cal["bins"] == 15 and set(cal["accuracy_at"]) == {"1", "0.9", "0.8", "0.7"}
+    )
 
 
 def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 BINS = 15
 KEEP = (1.0, 0.9, 0.8, 0.7)  # fractions kept, most confident first
@@ -32,6 +34,8 @@ def fit_temperature(logits: torch.Tensor, y: Sequence[int] | torch.Tensor) -> fl
 
     A one-dimensional convex problem in ``log T``: solved by golden-section search over T in
     [0.05, 20], deterministic. Returns 1.0 for no rows."""
+    import torch  # only here: the rest of the module is plain Python
+
     x = logits.detach().to(torch.float64)
     target = torch.as_tensor(y, dtype=torch.long)
     if x.ndim != 2 or x.shape[0] != target.shape[0]:
