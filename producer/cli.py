@@ -19,21 +19,26 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 import redis
 
+from producer import config
 from producer.client import Client, LabelError, encode
+from producer.config import at_least, setting
 from producer.files import FORMATS, FileError, parse
-from producer.options import add_redis_arguments
+from producer.options import RedisOptions
 from producer.protocol import BadTicket
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        client = Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
+        where = config.resolve(RedisOptions, args, os.environ)
+        client = Client.from_url(
+            where.redis_url, where.prefix, cluster=where.cluster, socket_connect_timeout=5
+        )
         return int(args.func(client, args))
     except (FileError, LabelError) as exc:
         print(f"ticketq-producer: {exc}", file=sys.stderr)
@@ -49,47 +54,97 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 4
 
 
+def _by_default() -> str | None:
+    return os.environ.get("USER") or None
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    format: str = setting(
+        "auto", help="input format (auto: by the file's suffix, else its content)", choices=FORMATS
+    )
+    wait: bool = setting(False, help="wait for the results and print them as JSONL")
+    timeout: float = setting(60.0, help="seconds to wait with --wait", check=at_least(0))
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    json: bool = setting(False, help="JSON instead of a table")
+
+
+@dataclass(frozen=True)
+class DeadOptions:
+    limit: int = setting(20, help="newest dead letters to print", check=at_least(1))
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
+class RequeueOptions:
+    reason: str | None = setting(
+        None, help="only letters whose reason starts with this (e.g. 'engine error')"
+    )
+    limit: int | None = setting(None, help="at most this many, oldest first", shown="all", check=at_least(1))
+    ticket_id: str | None = setting(None, help="only the letter(s) of this ticket id", flag="id", shown="any")
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+@dataclass(frozen=True)
+class ByOptions:
+    by: str | None = setting(
+        default_factory=_by_default, help="who made the change (recorded with it)", shown="$USER"
+    )
+
+
+def _check(obj: object) -> None:
+    found = config.problems(obj)
+    if found:
+        raise ValueError("; ".join(found))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ticketq-producer", description="Feed tickets to ticketq and read what it made of them."
     )
-    add_redis_arguments(parser)
+    config.add_arguments(parser, RedisOptions)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     push = sub.add_parser("push", help="push tickets from a JSONL or CSV file ('-' reads stdin)")
     push.add_argument("file", metavar="FILE|-")
-    push.add_argument("--format", choices=FORMATS, default="auto")
-    push.add_argument("--wait", action="store_true", help="wait for the results and print them as JSONL")
-    push.add_argument("--timeout", type=float, default=60.0, help="seconds to wait with --wait (default 60)")
+    config.add_arguments(push, PushOptions, env=False)
     push.set_defaults(func=cmd_push)
     get = sub.add_parser("get", help="print the results of ticket ids as JSONL")
     get.add_argument("ids", nargs="+", metavar="ID")
     get.set_defaults(func=cmd_get)
     stats = sub.add_parser("stats", help="queue depth, in-flight per worker, done, dead")
-    stats.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    config.add_arguments(stats, TableOptions, env=False)
     stats.set_defaults(func=cmd_stats)
     dead = sub.add_parser("dead", help="the newest dead letters as JSONL")
-    dead.add_argument("--limit", type=int, default=20)
+    config.add_arguments(dead, DeadOptions, env=False)
     dead.set_defaults(func=cmd_dead)
     requeue = sub.add_parser(
         "requeue-dead", help="move dead letters back onto the queue, atomically (after fixing the cause)"
     )
-    requeue.add_argument("--reason", help="only letters whose reason starts with this (e.g. 'engine error')")
-    requeue.add_argument("--limit", type=int, help="at most this many, oldest first")
-    requeue.add_argument("--id", dest="ticket_id", help="only the letter(s) of this ticket id")
+    config.add_arguments(requeue, RequeueOptions, env=False)
     requeue.set_defaults(func=cmd_requeue_dead)
     label = sub.add_parser("label", help="record the right label of a ticket a worker has labelled")
     label.add_argument("id", metavar="ID")
     label.add_argument("label", metavar="LABEL")
-    label.add_argument("--by", default=None, help="who corrected it (default $USER)")
+    config.add_arguments(label, ByOptions, env=False)
     label.set_defaults(func=cmd_label)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     corrections.set_defaults(func=cmd_corrections)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
-    heads.add_argument("--json", action="store_true", help="JSONL instead of a table")
+    config.add_arguments(heads, TableOptions, env=False)
     heads.set_defaults(func=cmd_heads)
     publish = sub.add_parser("publish-head", help="publish a head file to every worker (e.g. to roll back)")
     publish.add_argument("file", metavar="FILE")
-    publish.add_argument("--by", default=None, help="who published it (default $USER)")
+    config.add_arguments(publish, ByOptions, env=False)
     publish.set_defaults(func=cmd_publish_head)
     return parser
 
@@ -108,17 +163,18 @@ def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict
 
 
 def cmd_push(client: Client, args: argparse.Namespace) -> int:
+    opts = config.resolve(PushOptions, args)
     if args.file == "-":
-        tickets = read_tickets(sys.stdin, args.format)
+        tickets = read_tickets(sys.stdin, opts.format)
     else:
         with open(args.file, encoding="utf-8", newline="") as f:
-            tickets = read_tickets(f, args.format, args.file)
-    if not args.wait:
+            tickets = read_tickets(f, opts.format, args.file)
+    if not opts.wait:
         print(f"pushed {len(client.push(tickets))} tickets", file=sys.stderr)
         return 0
     ids = [str(t["id"]) for t in tickets]
-    print(f"pushing {len(ids)} tickets and waiting up to {args.timeout:g} s", file=sys.stderr)
-    waited = client.push_and_wait(tickets, timeout=args.timeout)
+    print(f"pushing {len(ids)} tickets and waiting up to {opts.timeout:g} s", file=sys.stderr)
+    waited = client.push_and_wait(tickets, timeout=opts.timeout)
     for tid in dict.fromkeys(ids):
         if tid in waited.results:
             print(waited.results[tid].to_json())
@@ -127,7 +183,7 @@ def cmd_push(client: Client, args: argparse.Namespace) -> int:
         else:
             print(json.dumps({"id": tid, "pending": True}))
     if waited.pending:
-        print(f"{len(waited.pending)} tickets still pending after {args.timeout:g} s", file=sys.stderr)
+        print(f"{len(waited.pending)} tickets still pending after {opts.timeout:g} s", file=sys.stderr)
     return 0 if len(waited.results) == len(set(ids)) else 1
 
 
@@ -143,7 +199,7 @@ def cmd_get(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     stats = client.stats()
-    if args.json:
+    if config.resolve(TableOptions, args).json:
         print(json.dumps({**asdict(stats), "inflight": stats.inflight, "alive": stats.alive}))
         return 0
     print(f"waiting    {stats.waiting}")
@@ -161,15 +217,14 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_dead(client: Client, args: argparse.Namespace) -> int:
-    for letter in client.dead(args.limit):
+    for letter in client.dead(config.resolve(DeadOptions, args).limit):
         print(letter.to_json())
     return 0
 
 
 def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise ValueError("--limit must be at least 1")
-    ids = client.requeue_dead(reason=args.reason, limit=args.limit, ticket_id=args.ticket_id)
+    opts = config.resolve(RequeueOptions, args)
+    ids = client.requeue_dead(reason=opts.reason, limit=opts.limit, ticket_id=opts.ticket_id)
     for tid in ids:
         print(tid)
     print(f"requeued {len(ids)} dead letters", file=sys.stderr)
@@ -177,8 +232,7 @@ def cmd_requeue_dead(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_label(client: Client, args: argparse.Namespace) -> int:
-    by = args.by if args.by is not None else os.environ.get("USER") or None
-    correction = client.label(args.id, args.label, by=by)
+    correction = client.label(args.id, args.label, by=config.resolve(ByOptions, args).by)
     was = f" (was {correction.was})" if correction.was is not None else ""
     print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
     return 0
@@ -192,7 +246,7 @@ def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_heads(client: Client, args: argparse.Namespace) -> int:
     versions = client.head_versions()
-    if args.json:
+    if config.resolve(TableOptions, args).json:
         for v in versions:
             print(v.to_json())
         return 0
@@ -212,9 +266,8 @@ def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
             data = f.read()
     except OSError as exc:
         raise FileError(f"{args.file}: {exc.strerror}") from None
-    by = args.by if args.by is not None else os.environ.get("USER") or None
     try:
-        version = client.publish_head(data, by=by)
+        version = client.publish_head(data, by=config.resolve(ByOptions, args).by)
     except ValueError as exc:
         raise FileError(f"{args.file}: {exc}") from None
     print(f"published {args.file} as head version {version}", file=sys.stderr)

@@ -1,43 +1,40 @@
-"""The Redis connection flags every command shares, with their ``TICKETQ_*`` variables and defaults.
+"""The Redis connection settings every command shares, declared once (see :mod:`producer.config`).
 
+``ticketq-worker run`` (whose :class:`~worker.settings.Settings` extends :class:`RedisOptions`),
 ``ticketq-producer``, ``ticketq-dashboard``, ``ticketq-worker check`` and ``ticketq-worker train
---from-redis`` take them from here, so a deployment sets ``TICKETQ_REDIS_URL``, ``TICKETQ_PREFIX`` and
-``TICKETQ_CLUSTER`` once for all of them. (The worker's own settings read the same variables through
-:mod:`worker.settings`, which layers flags over variables over defaults.)
+--from-redis`` all take them, so a deployment sets ``TICKETQ_REDIS_URL``, ``TICKETQ_PREFIX`` and
+``TICKETQ_CLUSTER`` once for all of them.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from producer.config import Check, problems, setting
 from producer.protocol import DEFAULT_PREFIX
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-TRUE_WORDS = ("1", "true", "yes", "on")
+SCHEMES = ("redis", "rediss", "unix")
 
 
-def env_flag(name: str) -> bool:
-    """A boolean ``TICKETQ_*`` variable: 1, true, yes or on (any case) is true."""
-    return os.environ.get(name, "").strip().lower() in TRUE_WORDS
-
-
-def add_redis_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--redis-url``, ``--prefix`` and ``--cluster``, defaulting to their variables."""
-    env = os.environ.get
-    parser.add_argument(
-        "--redis-url",
-        default=env("TICKETQ_REDIS_URL", DEFAULT_REDIS_URL),
-        help=f"[env TICKETQ_REDIS_URL] (default {DEFAULT_REDIS_URL})",
+@dataclass(frozen=True)
+class RedisOptions:
+    redis_url: str = setting(
+        DEFAULT_REDIS_URL,
+        help="Redis URL; `rediss://` for TLS; the password is masked in every log",
+        check=Check(lambda url: urlsplit(url).scheme in SCHEMES, "must be redis://, rediss:// or unix://"),
     )
-    parser.add_argument(
-        "--prefix",
-        default=env("TICKETQ_PREFIX", DEFAULT_PREFIX),
-        help=f"key prefix [env TICKETQ_PREFIX] (default {DEFAULT_PREFIX})",
+    prefix: str = setting(
+        DEFAULT_PREFIX,
+        help="key prefix; a hash tag like `{ticketq}` for Redis Cluster",
+        check=Check(lambda p: bool(p) and " " not in p, "must be non-empty, without spaces"),
     )
-    parser.add_argument(
-        "--cluster",
-        action="store_true",
-        default=env_flag("TICKETQ_CLUSTER"),
-        help="Redis Cluster (--redis-url names any node; the prefix gets a hash tag) [env TICKETQ_CLUSTER]",
+    cluster: bool = setting(
+        False, help="Redis Cluster client: `--redis-url` names any node; the prefix gets a hash tag"
     )
+
+    def __post_init__(self) -> None:
+        found = problems(self)
+        if found:
+            raise ValueError("; ".join(found))

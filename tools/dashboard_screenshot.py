@@ -30,8 +30,9 @@ from pathlib import Path
 import redis
 
 from producer.client import Client
-from producer.dashboard.app import Config, create_app
+from producer.dashboard.app import create_app
 from producer.dashboard.security import Auth
+from producer.dashboard.web import Config
 from producer.protocol import Keys
 from tools.redis_server import free_port, local_redis
 
@@ -83,7 +84,8 @@ def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namesp
 
     client = Client(conn, PREFIX)
     port = free_port()
-    config = Config(redis_url=url, prefix=PREFIX, auth=Auth(token="screenshot-" + os.urandom(8).hex()))
+    token = "screenshot-" + os.urandom(8).hex()
+    config = Config(redis_url=url, prefix=PREFIX, auth=Auth(token=token))
     server = uvicorn.Server(
         uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning")
     )
@@ -111,7 +113,7 @@ def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namesp
         time.sleep(args.seconds / 2)
         _correct(client, tickets)
         time.sleep(args.seconds / 2)
-        _shoot(f"http://127.0.0.1:{port}", args.out, args.results_out)  # while tickets still flow
+        _shoot(f"http://127.0.0.1:{port}", token, args.out, args.results_out)  # while tickets still flow
     finally:
         stop.set()
         feeder.join(timeout=10)
@@ -154,13 +156,16 @@ def _correct(client: Client, tickets: list[dict]) -> None:
         client.label(tid, wanted[tid], by="screenshot")
 
 
-def _shoot(base: str, out: Path, results_out: Path | None) -> None:
+def _shoot(base: str, token: str, out: Path, results_out: Path | None) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS, headless=True)
         page = browser.new_page(viewport={"width": 1280, "height": 860}, device_scale_factor=1)
-        page.goto(base + "/")
+        page.goto(base + "/login")  # reading needs sign-in when a token is set
+        page.fill("input[name=token]", token)
+        page.click("button[type=submit]")
+        page.wait_for_url(base + "/")
         page.wait_for_selector("#chart .uplot")
         time.sleep(3)  # two polls: the fragment and the chart are current
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,28 +15,39 @@ import argparse
 import json
 import os
 import socket
+import sys
+from dataclasses import dataclass
 
-from producer.options import add_redis_arguments
+from producer import config
+from producer.client import mask_url
+from producer.config import at_least, setting
+from producer.options import RedisOptions
 from producer.protocol import Keys, cluster_prefix
-from worker.settings import mask_url
+from worker.errors import EXIT_CONFIG
+
+
+@dataclass(frozen=True)
+class CheckOptions(RedisOptions):
+    worker_id: str | None = setting(
+        None, help="the worker to check", shown="any worker whose heartbeat names this host"
+    )
+    timeout: float = setting(5.0, help="Redis socket timeout in seconds", env=False, check=at_least(0.1))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    add_redis_arguments(parser)
-    parser.add_argument(
-        "--worker-id",
-        default=env("TICKETQ_WORKER_ID"),
-        help="the worker to check (default: any worker whose heartbeat names this host)",
-    )
-    parser.add_argument("--timeout", type=float, default=5.0, help="Redis socket timeout in seconds")
+    config.add_arguments(parser, CheckOptions)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(ns: argparse.Namespace) -> int:
     import redis
 
     from worker.queue import connect
 
+    try:
+        args = config.resolve(CheckOptions, ns, os.environ)
+    except ValueError as exc:
+        print(f"ticketq-worker check: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     keys = Keys(cluster_prefix(args.prefix) if args.cluster else args.prefix)
     client = connect(args.redis_url, socket_timeout=args.timeout, cluster=args.cluster)
     host = socket.gethostname()

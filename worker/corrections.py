@@ -15,9 +15,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from producer import config
 from producer.client import Client
+from producer.config import setting
 from producer.learning import Correction
-from producer.options import add_redis_arguments
+from producer.options import RedisOptions
 
 
 class CorrectionsError(ValueError):
@@ -48,29 +50,42 @@ class TrainingSet:
         return dict(sorted(Counter(self.labels).items()))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class CorrectionsOptions(RedisOptions):
     """The Redis side of ``ticketq-worker train``: where corrections come from and heads go to."""
-    group = parser.add_argument_group("corrections and publishing (Redis)")
-    group.add_argument(
-        "--from-redis",
-        action="store_true",
+
+    from_redis: bool = setting(
+        False,
         help="train on the corrections recorded in Redis (ticketq-producer label), plus --tickets if given",
+        env=False,
     )
-    group.add_argument(
-        "--publish",
-        action="store_true",
+    publish: bool = setting(
+        False,
         help="publish the head in Redis: every running worker loads it at its next drain, no restart",
+        env=False,
     )
-    add_redis_arguments(group)
-    group.add_argument("--by", default=os.environ.get("USER"), help="who published the head (default $USER)")
+    by: str | None = setting(
+        default_factory=lambda: os.environ.get("USER"),
+        help="who published the head",
+        shown="$USER",
+        env=False,
+    )
 
 
-def uses_redis(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "from_redis", False) or getattr(args, "publish", False))
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("corrections and publishing (Redis)")
+    config.add_arguments(group, CorrectionsOptions)
 
 
-def client(args: argparse.Namespace) -> Client:
-    return Client.from_url(args.redis_url, args.prefix, cluster=args.cluster, socket_connect_timeout=5)
+def options(args: argparse.Namespace) -> CorrectionsOptions:
+    """Raises ``ValueError`` for a setting that cannot work."""
+    return config.resolve(CorrectionsOptions, args, os.environ)
+
+
+def client(options: CorrectionsOptions) -> Client:
+    return Client.from_url(
+        options.redis_url, options.prefix, cluster=options.cluster, socket_connect_timeout=5
+    )
 
 
 def read_corrections(source: Client) -> list[Correction]:

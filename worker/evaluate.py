@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from producer import config
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.calibration import BINS, ece, format_report, risk_coverage
-from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.engine.options import EngineOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
 CHUNK = 256  # tickets per engine call: the service's default drain
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, help="only the first N tickets")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.task import TaskError, load_task
 
     try:
-        options = EngineOptions.from_args(args)
+        options = config.resolve(EngineOptions, args)
         items = read_items(args.tickets)[: args.limit] if args.limit else read_items(args.tickets)
         task = load_task(options.task)
         check_labels(items, task.labels)

@@ -29,8 +29,9 @@ from typing import Any
 
 import redis
 
+from producer import config
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.options import NO_HEAD, EngineOptions, add_engine_arguments
+from worker.engine.options import NO_HEAD, EngineOptions
 from worker.evaluate import confusion_table
 
 
@@ -46,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="accuracy the auto-routed tickets must reach: the head stores the confidence threshold "
         "(review_below) that keeps its out-of-fold predictions there (default: the task's auto_accuracy)",
     )
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
     corrections.add_arguments(parser)
 
 
@@ -69,16 +70,19 @@ def run(args: argparse.Namespace) -> int:
     source = args.tickets or ""
     corrected: dict[int, str | None] = {}
     try:
-        options = replace(EngineOptions.from_args(args), head=NO_HEAD)  # train with features, not a head
-        if not (args.tickets or args.from_redis):
+        options = replace(
+            config.resolve(EngineOptions, args), head=NO_HEAD
+        )  # train with features, not a head
+        store = corrections.options(args)
+        if not (args.tickets or store.from_redis):
             raise DataError("nothing to train on: give --tickets FILE, --from-redis, or both")
-        if not (args.out or args.publish):
+        if not (args.out or store.publish):
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         task = load_task(options.task)
         items = read_items(args.tickets) if args.tickets else []
-        if corrections.uses_redis(args):
-            redis_client = corrections.client(args)
-        if args.from_redis:
+        if store.from_redis or store.publish:
+            redis_client = corrections.client(store)
+        if store.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
             found = corrections.training_set(corrections.read_corrections(redis_client), rows)
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
@@ -130,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             return fail(f"cannot write {out}: {exc.strerror or exc}", 1)
         print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
-    if args.publish:
+    if store.publish:
         try:
-            version = redis_client.publish_head(head.to_bytes(), by=args.by)
+            version = redis_client.publish_head(head.to_bytes(), by=store.by)
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", redis_exit(exc))
         except ValueError as exc:

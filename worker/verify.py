@@ -14,8 +14,9 @@ import sys
 import time
 from typing import Any
 
+from producer import config
 from worker.bench.data import SAMPLE, read_items
-from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.engine.options import EngineOptions
 
 DEFAULT_N = 100
 # float32: the two paths must then agree exactly; in bfloat16 near-ties may flip.
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tickets", default=str(SAMPLE), help="JSONL or CSV (id,text) file (default: the bundled sample)"
     )
     parser.add_argument("--limit", type=int, default=DEFAULT_N, help=f"most tickets to check ({DEFAULT_N})")
-    add_engine_arguments(parser, DEFAULTS)
+    config.add_arguments(parser, EngineOptions, DEFAULTS, env=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from worker.engine.reference import ReferenceScorer
 
     try:
-        options = EngineOptions.from_args(args, DEFAULTS)
+        options = config.resolve(EngineOptions, args)
         texts = [it.text for it in read_items(args.tickets)][: args.limit]
     except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)

@@ -10,30 +10,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
-from producer.client import Client, LabelError, mask_url
-from producer.dashboard import data
-from producer.dashboard.security import CSRF_FIELD, SESSION_COOKIE, Auth, Refused, check_origin
+from producer.client import Client
+from producer.dashboard import actions, overview, pages
+from producer.dashboard.security import Refused
+from producer.dashboard.web import HERE, Config, State, client_of, make_templates, state
 
-HERE = Path(__file__).parent
-LOW_CONFIDENCE = 0.6
 SECURITY_HEADERS = {
     # Scripts and styles from this origin only: an injected <script> would not run even if escaping failed.
     "content-security-policy": (
@@ -47,21 +40,6 @@ SECURITY_HEADERS = {
 }
 
 
-@dataclass
-class Config:
-    redis_url: str
-    prefix: str
-    auth: Auth = field(default_factory=Auth)
-    sample_s: float = 2.0  # how often the chart takes a sample, and the pages poll
-    low_confidence: float = LOW_CONFIDENCE
-
-    def __repr__(self) -> str:  # the Redis password never leaves in clear
-        return (
-            f"Config(redis_url={mask_url(self.redis_url)!r}, prefix={self.prefix!r}, auth={self.auth!r}, "
-            f"sample_s={self.sample_s}, low_confidence={self.low_confidence})"
-        )
-
-
 class _Headers(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         response = await call_next(request)
@@ -70,190 +48,94 @@ class _Headers(BaseHTTPMiddleware):
         return response
 
 
+ROUTES = [
+    Route("/", pages.overview_page),
+    Route("/fragments/overview", pages.overview_fragment),
+    Route("/api/overview", pages.overview_json),
+    Route("/api/history", pages.history_json),
+    Route("/results", pages.results_page),
+    Route("/tickets/{ticket_id:path}", pages.ticket_page),
+    Route("/dead", pages.dead_page),
+    Route("/login", actions.login, methods=["GET", "POST"]),
+    Route("/logout", actions.logout, methods=["POST"]),
+    Route("/actions/label", actions.label, methods=["POST"]),
+    Route("/actions/replay", actions.replay, methods=["POST"]),
+    Route("/healthz", pages.healthz),
+    Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+]
+
+
+PUBLIC_PATHS = ("/healthz", "/login")  # and /static/: what answers without sign-in
+
+
+class _SignIn(BaseHTTPMiddleware):
+    """With credentials configured, everything but :data:`PUBLIC_PATHS` and static files needs them:
+    a browser asking for a page is sent to ``/login``, anything else gets 401."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        auth = state(request).auth
+        path = request.url.path
+        if not auth.enabled or path in PUBLIC_PATHS or path.startswith("/static/"):
+            return await call_next(request)
+        client = client_of(request)
+        presented = "authorization" in request.headers
+        wait = auth.throttle.wait_s(client) if presented else 0.0
+        if wait > 0:  # a guessed password is not even checked while its client waits
+            headers = {"retry-after": str(math.ceil(wait))}
+            return PlainTextResponse("too many failed sign-ins: try again later", 429, headers=headers)
+        if auth.identity(request) is not None:
+            return await call_next(request)
+        if presented:
+            auth.throttle.failed(client)
+        wants_page = "text/html" in request.headers.get("accept", "") and "hx-request" not in request.headers
+        if request.method == "GET" and wants_page:
+            return RedirectResponse("/login", status_code=303)
+        headers = {"www-authenticate": 'Basic realm="ticketq"'} if auth.basic else {}
+        return PlainTextResponse("sign in first", status_code=401, headers=headers)
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return PlainTextResponse(exc.reason, status_code=exc.status, headers=exc.headers)
+
+
 def create_app(config: Config, client: Client | None = None) -> Starlette:
     client = client or Client.from_url(config.redis_url, config.prefix, socket_connect_timeout=5)
-    history = data.History()
-    # Autoescaping on for every template, whatever its name: ticket text and ids are untrusted input.
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
-    templates = Jinja2Templates(env=env)
-    templates.env.filters["age"] = _age
-    templates.env.filters["pct"] = lambda v: f"{100 * v:.0f}%"
-    templates.env.filters["when"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t)) if t else ""
-    auth = config.auth
-
-    def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        who = auth.identity(request)
-        context.update(
-            request=request,
-            can_act=who is not None,
-            auth_enabled=auth.enabled,
-            csrf=auth.csrf_token(who),
-            csrf_field=CSRF_FIELD,
-            redis=mask_url(config.redis_url),
-            prefix=config.prefix,
-            poll_s=config.sample_s,
-        )
-        return templates.TemplateResponse(request, name, context, status_code=status)
-
-    def overview_page(request: Request) -> Response:
-        return render(request, "overview.html", ov=data.overview(client, history))
-
-    def overview_fragment(request: Request) -> Response:
-        return render(request, "_overview.html", ov=data.overview(client, history))
-
-    def overview_json(request: Request) -> Response:
-        return JSONResponse(data.overview(client, history).to_dict())
-
-    def history_json(request: Request) -> Response:
-        return JSONResponse(history.series())
-
-    def results_page(request: Request) -> Response:
-        params = request.query_params
-        label = params.get("label") or None
-        low = config.low_confidence if params.get("low") else None
-        corrected = {"yes": True, "no": False}.get(params.get("corrected", ""))
-        q = (params.get("q") or "").strip() or None
-        rows = data.results_page(client, label=label, low=low, corrected=corrected, q=q)
-        labels = data.known_labels(rows)
-        if label and label not in labels:
-            labels = sorted({*labels, label})
-        return render(
-            request,
-            "results.html",
-            rows=rows,
-            labels=labels,
-            label=label or "",
-            low=bool(low),
-            corrected=params.get("corrected", ""),
-            q=q or "",
-            low_confidence=config.low_confidence,
-            head=data.head_info(client),
-        )
-
-    def dead_page(request: Request) -> Response:
-        replayed = request.query_params.get("replayed", "")
-        message = ""
-        if replayed.isdigit():
-            n = int(replayed)
-            message = f"{request.query_params.get('what', '')}{n} dead letter{'' if n == 1 else 's'} requeued"
-        rows = data.dead_page(client)
-        return render(request, "dead.html", rows=rows, total=client.stats().dead, message=message)
-
-    async def login(request: Request) -> Response:
-        if request.method == "GET":
-            if auth.basic and auth.identity(request) is None and not auth.token:
-                return PlainTextResponse(
-                    "sign in", status_code=401, headers={"www-authenticate": 'Basic realm="ticketq"'}
-                )
-            if auth.identity(request) is not None:
-                return RedirectResponse("/", status_code=303)
-            return render(request, "login.html", error="")
-        form = await request.form()
-        try:
-            check_origin(request)
-        except Refused as exc:
-            return PlainTextResponse(exc.reason, status_code=exc.status)
-        if not auth.check_token(str(form.get("token", ""))):
-            return render(request, "login.html", status=401, error="wrong token")
-        response = RedirectResponse("/", status_code=303)
-        response.set_cookie(
-            SESSION_COOKIE, auth.session_value(), httponly=True, samesite="strict", path="/", max_age=86400
-        )
-        return response
-
-    async def logout(request: Request) -> Response:
-        response = RedirectResponse("/", status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path="/")
-        return response
-
-    async def action_label(request: Request) -> Response:
-        form = await request.form()
-        try:
-            who = auth.check_action(request, _str(form.get(CSRF_FIELD)))
-        except Refused as exc:
-            return PlainTextResponse(exc.reason, status_code=exc.status)
-        ticket_id, label = _str(form.get("id")) or "", _str(form.get("label")) or ""
-        try:
-            await run_in_threadpool(client.label, ticket_id, label, by=f"dashboard:{who}")
-        except LabelError as exc:
-            return PlainTextResponse(str(exc), status_code=422)
-        if "hx-request" not in request.headers:  # a browser without JavaScript: back to the ticket
-            return RedirectResponse(f"/results?q={quote(ticket_id)}", status_code=303)
-        row = await run_in_threadpool(data.row, client, ticket_id)
-        head = await run_in_threadpool(data.head_info, client)
-        if row is None:
-            return PlainTextResponse(f"{ticket_id}: labelled {label}")
-        return render(
-            request,
-            "_result_row.html",
-            row=row,
-            labels=sorted(row.result.scores),
-            low_confidence=config.low_confidence,
-            row_note=f"recorded; head version {head.next_version} will learn it",
-        )
-
-    async def action_replay(request: Request) -> Response:
-        """Replay one ticket's dead letters (by id) or all of them: the producer's atomic requeue."""
-        form = await request.form()
-        try:
-            auth.check_action(request, _str(form.get(CSRF_FIELD)))
-        except Refused as exc:
-            return PlainTextResponse(exc.reason, status_code=exc.status)
-        ticket_id = _str(form.get("id"))
-        if not ticket_id and form.get("all") != "1":
-            return PlainTextResponse("name a ticket id, or all=1", status_code=422)
-        moved = await run_in_threadpool(client.requeue_dead, ticket_id=ticket_id or None)
-        what = f"{ticket_id}: " if ticket_id else ""
-        return RedirectResponse(f"/dead?replayed={len(moved)}&what={quote(what)}", status_code=303)
-
-    def healthz(request: Request) -> Response:
-        client.redis.ping()
-        return PlainTextResponse("ok")
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(_sample_forever(client, history, config.sample_s))
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    routes = [
-        Route("/", overview_page),
-        Route("/fragments/overview", overview_fragment),
-        Route("/api/overview", overview_json),
-        Route("/api/history", history_json),
-        Route("/results", results_page),
-        Route("/dead", dead_page),
-        Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/actions/label", action_label, methods=["POST"]),
-        Route("/actions/replay", action_replay, methods=["POST"]),
-        Route("/healthz", healthz),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    middleware = [
+        Middleware(_Headers),
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts), www_redirect=False),
+        Middleware(_SignIn),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)
+    if config.trusted_proxy:  # X-Forwarded-For/-Proto believed from that address only
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        middleware.insert(0, Middleware(ProxyHeadersMiddleware, trusted_hosts=config.trusted_proxy))
+    app = Starlette(
+        routes=ROUTES, middleware=middleware, lifespan=_lifespan, exception_handlers={Refused: _refused}
+    )
+    app.state.dash = State(
+        config=config, client=client, history=overview.History(), templates=make_templates()
+    )
+    return app
 
 
-async def _sample_forever(client: Client, history: data.History, every_s: float) -> None:
-    """The chart keeps sampling while nobody looks, so it has a past when somebody does."""
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    st: State = app.state.dash
+    with contextlib.suppress(Exception):  # the first sample before the first page; Redis away: pages say so
+        await run_in_threadpool(overview.sample, st.client, st.history)
+    task = asyncio.create_task(_sample_forever(st.client, st.history, st.config.sample_s))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _sample_forever(client: Client, history: overview.History, every_s: float) -> None:
+    """The one writer of ``history``: every page shows what it collected last."""
     while True:
-        with contextlib.suppress(Exception):  # Redis away: the pages say so; the chart just has a gap
-            await run_in_threadpool(data.overview, client, history)
         await asyncio.sleep(every_s)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None or math.isnan(seconds):
-        return "–"
-    if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f} min {seconds % 60:.0f} s"
-    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:.0f} min"
+        with contextlib.suppress(Exception):  # Redis away: the pages say so; the chart just has a gap
+            await run_in_threadpool(overview.sample, client, history)

@@ -1,25 +1,30 @@
-"""Who may act, and proof that a POST came from the dashboard's own page.
+"""Who may read and act, and proof that a POST came from the dashboard's own page.
 
-Read-only unless the dashboard was started with a token or basic-auth credentials. Actions (correct a
-label, replay dead letters) then need one of:
+Without credentials the dashboard is read-only, and the command line keeps it on this machine
+(``--public-read-only`` to serve it further). With a token or basic-auth credentials, every page, fragment
+and ``/api/*`` route needs one of (``/healthz``, ``/login`` and ``/static`` excepted):
 
-- the session cookie that ``POST /login`` sets after the token was typed in (HttpOnly, SameSite=Strict);
+- the session cookie that ``POST /login`` sets after the token was typed in: a random value whose hash
+  the server keeps until it expires (``--session-hours``) or ``POST /logout`` revokes it (HttpOnly,
+  SameSite=Strict, Secure behind HTTPS);
 - HTTP basic auth, which the browser asks for at ``/login`` and then sends by itself;
 - ``Authorization: Bearer <token>`` from a script.
 
 Cookies and basic auth are sent by the browser on its own, so a POST carrying them must also carry the
-CSRF token that only the dashboard's pages contain (an HMAC of the identity under a per-process key),
-and an ``Origin``, when the browser sends one, of this very host. A bearer token is never sent by a
-browser on its own, so it needs neither.
+CSRF token that only the dashboard's pages contain (an HMAC of the identity, per session, under a
+per-process key), and an ``Origin``, when the browser sends one, of this very host. A bearer token is never
+sent by a browser on its own, so it needs neither. Failed sign-ins are throttled per client.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -27,43 +32,124 @@ from starlette.requests import Request
 SESSION_COOKIE = "ticketq_session"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
+SESSION_HOURS = 12.0  # a session's lifetime from sign-in; then the token is asked again
+MAX_SESSIONS = 1000  # live sessions kept; signing in beyond that ends the oldest
+FAILURES_ALLOWED = 5  # failed sign-ins per client within FAILURE_WINDOW_S before it must wait
+FAILURE_WINDOW_S = 300.0
+MAX_CLIENTS_TRACKED = 10_000  # clients whose failures are remembered; the oldest are forgotten
 
 
 class Refused(Exception):
-    """An action that is not allowed: ``status`` is 401 (who are you?) or 403 (not from here / read-only)."""
+    """A request that is not allowed: ``status`` is 4xx and ``reason`` a fixed text (never echoed input)."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.headers = headers or {}
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "replace")).hexdigest()
+
+
+class Sessions:
+    """Signed-in browsers, server-side: the hash of each cookie value and when it expires."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._expires: dict[str, float] = {}  # sha256 of the cookie value -> expiry (unix seconds)
+
+    def open(self, lifetime_s: float, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        value = secrets.token_urlsafe(32)
+        with self._lock:
+            for key in [k for k, until in self._expires.items() if until <= now]:
+                del self._expires[key]
+            while len(self._expires) >= MAX_SESSIONS:
+                del self._expires[min(self._expires, key=self._expires.__getitem__)]
+            self._expires[_digest(value)] = now + lifetime_s
+        return value
+
+    def check(self, value: str, now: float | None = None) -> str | None:
+        """The session's name (a prefix of its hash) while it is live, else None."""
+        if not value:
+            return None
+        key = _digest(value)
+        with self._lock:
+            until = self._expires.get(key)
+            if until is None:
+                return None
+            if until <= (time.time() if now is None else now):
+                del self._expires[key]
+                return None
+        return key[:16]
+
+    def close(self, value: str) -> None:
+        with self._lock:
+            self._expires.pop(_digest(value), None)
+
+
+class Throttle:
+    """Failed sign-ins per client: after :data:`FAILURES_ALLOWED` within :data:`FAILURE_WINDOW_S`, the
+    client waits until the oldest failure leaves the window."""
+
+    def __init__(self, allowed: int = FAILURES_ALLOWED, window_s: float = FAILURE_WINDOW_S) -> None:
+        self.allowed = allowed
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._failures: dict[str, deque[float]] = {}
+
+    def wait_s(self, client: str, now: float | None = None) -> float:
+        """Seconds this client must wait before trying again; 0 when it may try now."""
+        now = time.time() if now is None else now
+        with self._lock:
+            seen = self._failures.get(client)
+            if seen is None:
+                return 0.0
+            while seen and seen[0] <= now - self.window_s:
+                seen.popleft()
+            if not seen:
+                del self._failures[client]
+                return 0.0
+            return seen[0] + self.window_s - now if len(seen) >= self.allowed else 0.0
+
+    def failed(self, client: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        with self._lock:
+            if client not in self._failures and len(self._failures) >= MAX_CLIENTS_TRACKED:
+                del self._failures[next(iter(self._failures))]
+            self._failures.setdefault(client, deque(maxlen=self.allowed)).append(now)
 
 
 @dataclass(frozen=True)
 class Auth:
     token: str | None = None
     basic: tuple[str, str] | None = None  # (user, password)
+    session_s: float = SESSION_HOURS * 3600
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    sessions: Sessions = field(default_factory=Sessions, repr=False, compare=False)
+    throttle: Throttle = field(default_factory=Throttle, repr=False, compare=False)
 
     def __repr__(self) -> str:  # never the secrets
         return f"Auth(token={'***' if self.token else None}, basic={'***' if self.basic else None})"
 
     @property
     def enabled(self) -> bool:
-        """Whether actions exist at all; without credentials the dashboard is read-only."""
+        """Whether sign-in exists at all; without credentials the dashboard is read-only."""
         return bool(self.token or self.basic)
 
     def _mac(self, *parts: str) -> str:
         return hmac.new(self.key, "\0".join(parts).encode(), hashlib.sha256).hexdigest()
 
-    def session_value(self) -> str:
-        """The cookie a correct token earns. Derived, so the token itself never sits in the browser."""
-        return self._mac("session", self.token or "")
-
     def check_token(self, given: str) -> bool:
-        return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
+        return self.token is not None and hmac.compare_digest(
+            given.encode("utf-8", "replace"), self.token.encode()
+        )
 
     def identity(self, request: Request) -> str | None:
-        """Who is asking: ``bearer``, ``session`` or ``basic:<user>``; None when nobody proved anything."""
+        """Who is asking: ``bearer``, ``session:<name>`` or ``basic:<user>``; None when nobody proved
+        anything. Never raises on malformed headers or cookies."""
         if not self.enabled:
             return None
         header = request.headers.get("authorization", "")
@@ -74,9 +160,10 @@ class Auth:
             user = _basic_user(value.strip(), self.basic)
             if user is not None:
                 return f"basic:{user}"
-        cookie = request.cookies.get(SESSION_COOKIE, "")
-        if self.token and cookie and hmac.compare_digest(cookie, self.session_value()):
-            return "session"
+        if self.token:
+            name = self.sessions.check(request.cookies.get(SESSION_COOKIE, ""))
+            if name is not None:
+                return f"session:{name}"
         return None
 
     def csrf_token(self, identity: str | None) -> str:
@@ -93,7 +180,8 @@ class Auth:
             return who
         check_origin(request)
         given = form_token or request.headers.get(CSRF_HEADER, "")
-        if not given or not hmac.compare_digest(given, self.csrf_token(who)):
+        expected = self.csrf_token(who).encode()
+        if not given or not hmac.compare_digest(given.encode("utf-8", "replace"), expected):
             raise Refused(403, "missing or stale CSRF token: reload the page")
         return who
 
@@ -109,9 +197,9 @@ def check_origin(request: Request) -> None:
 
 
 def _basic_user(value: str, expected: tuple[str, str]) -> str | None:
-    try:
+    try:  # non-ASCII (ValueError), bad base64 (binascii.Error, a ValueError) or not UTF-8: nobody
         user, sep, password = base64.b64decode(value, validate=True).decode("utf-8").partition(":")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:
         return None
     ok_user = hmac.compare_digest(user.encode(), expected[0].encode())
     ok_password = hmac.compare_digest(password.encode(), expected[1].encode())

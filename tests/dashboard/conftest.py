@@ -13,8 +13,9 @@ import redis
 from dashboard_seed import TOKEN, Seeded, seed
 
 from producer.client import Client
-from producer.dashboard.app import Config, create_app
+from producer.dashboard.app import create_app
 from producer.dashboard.security import Auth
+from producer.dashboard.web import LOOPBACK_NAMES, Config
 from producer.protocol import Keys
 
 
@@ -25,8 +26,9 @@ def seeded(r: redis.Redis, keys: Keys) -> Seeded:
 
 @pytest.fixture
 def make_app(redis_url: str, prefix: str):  # type: ignore[no-untyped-def]
-    def make(auth: Auth | None = None):  # type: ignore[no-untyped-def]
-        config = Config(redis_url=redis_url, prefix=prefix, auth=auth or Auth(), sample_s=0.5)
+    def make(auth: Auth | None = None, **settings):  # type: ignore[no-untyped-def]
+        settings.setdefault("allowed_hosts", (*LOOPBACK_NAMES, "testserver"))  # TestClient's Host
+        config = Config(redis_url=redis_url, prefix=prefix, auth=auth or Auth(), sample_s=0.5, **settings)
         return create_app(config, Client.from_url(redis_url, prefix))
 
     return make

@@ -58,3 +58,29 @@ def test_make_demo_says_how_to_open_the_dashboard() -> None:
     assert "ticketq-dashboard --prefix ticketq-demo" in dashboard_hint("local")
     assert "http://127.0.0.1:8400/" in dashboard_hint("local")
     assert "gone" in dashboard_hint("a throwaway redis-server on port 1234")
+
+
+def test_a_public_address_without_credentials_needs_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "TICKETQ_DASHBOARD_TOKEN",
+        "TICKETQ_DASHBOARD_BASIC_AUTH",
+        "TICKETQ_DASHBOARD_PUBLIC_READ_ONLY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit, match="--public-read-only"):
+        config_from_args(parser().parse_args(["--host", "0.0.0.0"]))
+    config = config_from_args(parser().parse_args(["--host", "0.0.0.0", "--public-read-only"]))
+    assert not config.auth.enabled and config.allowed_hosts == ("127.0.0.1", "localhost")
+    signed = config_from_args(parser().parse_args(["--host", "10.1.2.3", "--token", "a-long-enough-token"]))
+    assert signed.allowed_hosts == ("127.0.0.1", "localhost", "10.1.2.3")
+
+
+def test_allowed_hosts_and_session_lifetime(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TICKETQ_DASHBOARD_ALLOWED_HOSTS", "tickets.example, ops.example")
+    assert config_from_args(parser().parse_args([])).allowed_hosts[2:] == ("tickets.example", "ops.example")
+    args = parser().parse_args(["--allowed-host", "third.example", "--session-hours", "2"])
+    config = config_from_args(args)  # flags win over the variable, as for every setting
+    assert config.allowed_hosts[2:] == ("third.example",)
+    assert config.auth.session_s == 7200
+    with pytest.raises(SystemExit):
+        config_from_args(parser().parse_args(["--session-hours", "0"]))

@@ -33,13 +33,14 @@ import sys
 
 import redis
 
+from producer import config
+from producer.options import DEFAULT_REDIS_URL
 from worker.bench.config import DEFAULT_MODES, MODES, BenchOptions
 from worker.bench.data import SAMPLE, DataError, Item, read_items
 from worker.bench.peak import cores as peak_cores
 from worker.bench.report import write_json, write_plot
-from worker.engine.options import EngineOptions, add_engine_arguments
+from worker.engine.options import EngineOptions
 from worker.errors import ConfigError
-from worker.settings import DEFAULT_REDIS_URL
 
 DEFAULT_BASELINE_N = 120
 QUICK_N, QUICK_BASELINE_N = 48, 16
@@ -94,13 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
-    add_engine_arguments(parser)
+    config.add_arguments(parser, EngineOptions, env=False)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         modes, workers = _parse_modes(args.modes), _parse_workers(args.workers)
-        engine_opts = EngineOptions.from_args(args)
+        engine_opts = config.resolve(EngineOptions, args)
         items, source = _load(args)
         if "end-to-end" in modes:
             redis.Redis.from_url(args.redis_url, socket_connect_timeout=3).ping()  # fail before the slow part
