@@ -85,7 +85,7 @@ def main() -> None:
         ]
         print(order, [f"{sum(c) / len(c):.1%}" for c in zip(*results[order], strict=True)], flush=True)
     n0 = args.start * len(labels)
-    print(f"\n| round | labelled | " + " | ".join(ORDERS) + " |")
+    print("\n| round | labelled | " + " | ".join(ORDERS) + " |")
     print("|---:|---:|" + "---:|" * len(ORDERS))
     for r in range(args.rounds + 1):
         means = [sum(run[r] for run in results[o]) / args.seeds for o in ORDERS]
