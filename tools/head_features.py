@@ -1,100 +1,133 @@
-"""Which hidden state should a head read? Measure every layer, mean-pooled and at the last prompt position.
+"""Which hidden states should a head read? Extract every layer's once, cache them, try recipes in seconds.
 
-Runs the engine's packed, prefix-cached pass once over a training file and one or more test files,
-keeping the hidden states of every layer, then fits the head (worker.engine.fit) for each recipe and
-prints test accuracy. The numbers in docs/head.md come from:
+``extract`` runs the engine's own packed, prefix-cached pass over a labelled file (JSONL or CSV with
+id,text,label, or Banking77's text,category) through the whole model, and stores, per ticket and per
+layer, the hidden state averaged over the ticket's own tokens (``mean``), its maximum over them (``max``)
+and the state at the prompt's last position (``last``), as float16 in one ``torch.save`` file (not in
+git: put it under out/). ``tools.head_recipes`` reads those files. The engine's dtype is its default
+(``auto``) unless ``--dtype`` says otherwise; heads and features are per dtype.
 
-    TICKETQ_DTYPE=float32 python -m tools.head_features \
-        --train worker/data/head_train.csv \
-        --test worker/data/banking77_eval.csv worker/data/sample_tickets.jsonl
+    nice -n 10 python -m tools.head_features extract --task out/b77/task.toml \
+        --tickets ../shared/data/banking77/train.csv --out out/feats/b77-train.pt
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from worker.bench.data import read_items as read_tickets
+from worker.bench.data import read_items
 from worker.engine import Engine
-from worker.engine.features import LAST, MEAN, pool
-from worker.engine.fit import fit
 from worker.engine.options import EngineOptions
-from worker.engine.planner import PACK, plan_batches
+from worker.engine.scorer import PrefixCache
+
+POOLS = ("mean", "max", "last")
 
 
-def all_layers(engine: Engine, texts: list[str]) -> dict[tuple[int, str], torch.Tensor]:
-    """(layer, pool) -> (n, d) features, for every layer and both poolings, in input order."""
+def read_labelled(path: str) -> tuple[list[str], list[str]]:
+    """Texts and labels of a tickets file, or of Banking77's own ``text,category`` CSV."""
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), [])
+    if "category" in header:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        return [r["text"].strip() for r in rows], [r["category"] for r in rows]
+    items = read_items(path)
+    return [it.text for it in items], [it.label or "" for it in items]
+
+
+class _Stop(Exception):
+    pass
+
+
+@torch.inference_mode()
+def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 500) -> dict[str, torch.Tensor]:
+    """pool -> (n, depth, d) float16 features of layers 1..depth, in input order; the pass stops there."""
     suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts)
     after = len(engine.prompt.after_ids)
-    plans = plan_batches(
-        [len(s) for s in suffixes], max_items=32, max_tokens=8192, mode=PACK, max_row_len=128
-    )
-    out: dict[tuple[int, str], torch.Tensor] = {}
     scorer = engine.scorer
-    for plan in plans:
-        ids, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
-        from worker.engine.scorer import PrefixCache
+    d = int(engine.loaded.model.config.hidden_size)
+    out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in POOLS}
+    done, start = 0, time.perf_counter()
+    states: list[torch.Tensor] = []
 
-        with torch.inference_mode():
-            res = scorer.body(
+    def keep(_m: object, _a: object, output: object) -> None:
+        states.append(output[0] if isinstance(output, tuple) else output)  # type: ignore[arg-type]
+        if len(states) == depth:
+            raise _Stop
+
+    hooks = [scorer.body.layers[i].register_forward_hook(keep) for i in range(depth)]
+    for plan in engine.plan([len(s) for s in suffixes]):
+        ids, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
+        states.clear()
+        with contextlib.suppress(_Stop):
+            scorer.body(
                 input_ids=ids,
                 position_ids=pos,
                 attention_mask=mask,
                 use_cache=True,
-                output_hidden_states=True,
                 **{scorer._cache_kw: PrefixCache(scorer.prefix_kv)},
             )
-        order = torch.tensor([i for row in plan.rows for i in row])
-        lengths = [len(suffixes[i]) for i in order.tolist()]
-        own = [max(0, n - after) for n in lengths]
-        for layer, h in enumerate(res.hidden_states):
-            if layer == 0:
-                continue
-            flat = h.reshape(-1, h.shape[-1])
-            for how in (MEAN, LAST):
-                feats = pool(flat, query[:, 0], lengths, own, how)
-                buf = out.setdefault((layer, how), torch.empty(len(texts), feats.shape[1]))
-                buf[order] = feats.cpu()
+        order = [i for row in plan.rows for i in row]
+        # (flat positions, layers, d): the states after layers 1..depth
+        stack = torch.stack([h.reshape(-1, d) for h in states], 1)
+        for item, end in zip(order, query[:, 0].tolist(), strict=True):
+            n = len(suffixes[item])
+            k = max(0, n - after) or n
+            start_pos = end - n + 1
+            own = stack[start_pos : start_pos + k].float()
+            out["mean"][item] = own.mean(0).half()
+            out["max"][item] = own.amax(0).half()
+            out["last"][item] = stack[end].float().half()
+        done += plan.items
+        if done // log_every != (done - plan.items) // log_every:
+            rate = done / (time.perf_counter() - start)
+            print(f"  {done}/{len(texts)} tickets, {rate:.1f}/s", file=sys.stderr, flush=True)
+    for h in hooks:
+        h.remove()
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--test", nargs="+", required=True)
-    parser.add_argument("--task")
-    parser.add_argument("--layers", default="4,6,8,10,12,15,20,25,30")
-    args = parser.parse_args()
-    engine = Engine.load(EngineOptions(dtype="float32", task=args.task, head="none"))
-    labels = list(engine.task.labels)
-    train = read_tickets(args.train)
+def extract(args: argparse.Namespace) -> None:
+    engine = Engine.load(EngineOptions(task=args.task, head="none", dtype=args.dtype))
+    info = engine.describe()
+    texts, labels = read_labelled(args.tickets)
+    print(f"{args.tickets}: {len(texts)} tickets; {info['model']} {info['dtype']}", file=sys.stderr)
     start = time.perf_counter()
-    tr = all_layers(engine, [t.text for t in train])
-    print(f"train features: {len(train)} tickets in {time.perf_counter() - start:.1f} s (all layers)")
-    y = [labels.index(t.label or "") for t in train]
-    tests = {}
-    for path in args.test:
-        rows = read_tickets(path)
-        tests[path] = (
-            all_layers(engine, [t.text for t in rows]),
-            [labels.index(t.label or "") for t in rows],
-        )
-    layers = [int(x) for x in args.layers.split(",")]
-    print(f"{'layer':>5} {'pool':>5} {'cv':>7} {'l2':>7} " + " ".join(f"{p[-24:]:>26}" for p in tests))
-    for layer in layers:
-        for how in (MEAN, LAST):
-            f = fit(tr[(layer, how)], y, len(labels))
-            accs = []
-            for feats, truth in tests.values():
-                pred = (feats[(layer, how)] @ f.weight.T + f.bias).argmax(1)
-                accs.append(float((pred == torch.tensor(truth)).double().mean()))
-            cv = f"{f.cv_accuracy:.1%}" if f.cv_accuracy is not None else "-"
-            print(
-                f"{layer:>5} {how:>5} {cv:>7} {f.l2:>7.0e} " + " ".join(f"{a:>26.1%}" for a in accs),
-                flush=True,
-            )
+    feats = all_layers(engine, texts, args.depth)
+    seconds = time.perf_counter() - start
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "features": feats,
+            "texts": texts,
+            "labels": labels,
+            "task_labels": list(engine.task.labels),
+            "dtype": info["dtype"],
+            "seconds": seconds,
+        },
+        args.out,
+    )
+    print(f"wrote {args.out}: {len(texts)} tickets in {seconds:.0f} s ({info['dtype']})", file=sys.stderr)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("extract", help="every layer's pooled states of one file, cached")
+    ex.add_argument("--task", required=True)
+    ex.add_argument("--tickets", required=True)
+    ex.add_argument("--out", required=True)
+    ex.add_argument("--dtype", default="auto")
+    ex.add_argument("--depth", type=int, default=12, help="layers 1..DEPTH (the pass stops there)")
+    args = parser.parse_args()
+    extract(args)
 
 
 if __name__ == "__main__":

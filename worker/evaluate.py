@@ -25,6 +25,7 @@ from producer.config import at_least, group, option
 from producer.exitcodes import Exit
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
+from worker.engine.calibration import BINS, ece, format_report, risk_coverage
 from worker.engine.options import EngineOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
@@ -118,8 +119,9 @@ def run(ns: argparse.Namespace) -> int:
             print(f"ticketq-worker eval: question {question!r} has no head", file=sys.stderr)
             return Exit.CONFIG
     truth = [it.label or "" for it in items]
-    predicted, seconds = _classify(engine, items)
+    predicted, seconds, confidence = _classify(engine, items)
     scores = score(labels, truth, predicted)
+    correct = [p == t for p, t in zip(predicted, truth, strict=True)]
     info = engine.describe()
     zero_shot = None
     if (
@@ -127,12 +129,15 @@ def run(ns: argparse.Namespace) -> int:
     ):  # the same tickets without the head, for the side-by-side line
         head = engine.head
         engine.use_head(None)
-        zs_predicted, zs_seconds = _classify(engine, items)
+        zs_predicted, zs_seconds, _ = _classify(engine, items)
         engine.use_head(head)
         zero_shot = (score(labels, truth, zs_predicted), zs_seconds)
     print(table(scores, info, args.tickets, seconds, zero_shot))
+    method = "head" if engine.head is not None else "zero-shot"
+    print("\n".join(["", *format_report(confidence, correct, f"{method} scores")]))
     if args.json:
         out = to_json(scores, info, args.tickets, seconds, zero_shot)
+        out["calibration"] = calibration_json(confidence, correct)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
 
@@ -178,19 +183,34 @@ def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
         raise DataError(f"labels not in the task: {found}; the task's labels are {', '.join(labels)}")
 
 
-def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float]:
+def calibration_json(confidence: Sequence[float], correct: Sequence[bool]) -> dict[str, Any]:
+    """ECE and risk-coverage of the results' own probabilities (the chosen label's score)."""
+    rc = risk_coverage(confidence, correct)
+    return {
+        "ece": round(ece(confidence, correct), 4),
+        "bins": BINS,
+        "accuracy_at": {f"{f:g}": a for f, a in rc.accuracy_at.items()},
+        "coverage_for": {
+            f"{c.target:g}": {"coverage": c.coverage, "threshold": c.threshold} for c in rc.coverage_for
+        },
+    }
+
+
+def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float, list[float]]:
     from tqdm import tqdm
 
     engine.classify([items[0].text])  # warm-up: the first call builds kernels; not part of the rate
     predicted: list[str] = []
+    confidence: list[float] = []
     with tqdm(total=len(items), unit="ticket", disable=not sys.stderr.isatty(), leave=False) as bar:
         start = time.perf_counter()
         for lo in range(0, len(items), CHUNK):
             preds, _ = engine.classify([it.text for it in items[lo : lo + CHUNK]])
             predicted += [p.label for p in preds]
+            confidence += [min(1.0, p.scores[p.label]) for p in preds]
             bar.update(len(preds))
         seconds = time.perf_counter() - start
-    return predicted, seconds
+    return predicted, seconds, confidence
 
 
 def table(

@@ -39,7 +39,7 @@ from typing import Any
 import redis
 
 from producer import config
-from producer.config import group, option
+from producer.config import Check, group, option
 from producer.exitcodes import Exit, for_redis_error
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
@@ -52,6 +52,13 @@ class TrainOptions:
     tickets: str | None = option(None, help="labelled tickets: JSONL or CSV with id,text,label")
     out: str | None = option(None, help="where to write the head (a .safetensors file)")
     seed: int = option(0, help="seed of the cross-validation folds")
+    auto_accuracy: float | None = option(
+        None,
+        help="accuracy the auto-routed tickets must reach: the head stores the confidence threshold "
+        "(review_below) that keeps its out-of-fold predictions there",
+        shown="the task's auto_accuracy",
+        check=Check(lambda v: 0.0 < v <= 1.0, "must lie in (0, 1]"),
+    )
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
@@ -113,6 +120,7 @@ def run(ns: argparse.Namespace) -> int:
             published = redis_client.current_head(question)
         ids = [it.id for it in items]
         check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
+        auto_accuracy = args.auto_accuracy if args.auto_accuracy is not None else task.auto_accuracy
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
             raise DataError(
@@ -155,6 +163,7 @@ def run(ns: argparse.Namespace) -> int:
                 corrected={picked.index(row): was for row, was in corrected.items()},
                 recipe=recipe,
                 features=x[picked],
+                auto_accuracy=auto_accuracy,
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -304,6 +313,43 @@ class Progress:
             bar.close()
 
 
+def calibration_lines(head: Any) -> list[str]:
+    """The out-of-fold calibration the head recorded: temperature, ECE, risk-coverage, auto_accuracy."""
+    t = head.training
+    if "cv_ece" not in t:
+        return []
+    kept = ", ".join(
+        f"{float(f):.0%} {'-' if a is None else f'{a:.1%}'}" for f, a in t["cv_accuracy_at"].items()
+    )
+    reach = ", ".join(
+        f"{float(target):.0%} at "
+        + (
+            "unreachable"
+            if c is None
+            else f"coverage {c['coverage']:.1%} (confidence >= {c['threshold']:.3f})"
+        )
+        for target, c in t["cv_coverage_for"].items()
+    )
+    lines = [
+        "",
+        f"calibration (out of fold): temperature {head.temperature:g}; ECE {t['cv_ece']:.2%} "
+        f"(15 bins; {t['cv_ece_uncalibrated']:.2%} before the temperature)",
+        f"accuracy of the most confident: {kept}",
+        f"coverage for accuracy: {reach}",
+    ]
+    if "auto_accuracy" in t:
+        coverage = t.get("expected_coverage")
+        lines.append(
+            f"auto_accuracy {t['auto_accuracy']:.1%}: review below confidence {head.review_below:.3f}; "
+            + (
+                "unreachable out of fold: every ticket goes to review"
+                if coverage is None
+                else f"expected coverage {coverage:.1%} auto-routed"
+            )
+        )
+    return lines
+
+
 def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     t = head.training
     counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
@@ -322,6 +368,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
         "",
         *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
+    lines += calibration_lines(head)
     if "corrections_n" in t:
         before = t.get("corrections_accuracy_before")
         after = t.get("corrections_accuracy_after")

@@ -120,7 +120,7 @@ def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> 
     plain = torch.stack(
         [reference.features_one(t, recipe.layer, recipe.pool) for t in _progress(texts, "head")]
     )
-    ref = torch.log_softmax(head.logits(plain), -1)
+    ref = head.log_probs(plain)
     ref_s = time.perf_counter() - start
     start = time.perf_counter()
     fast = engine.decision_logprobs(texts)[0]  # the head's log-softmax over the engine's features pass

@@ -194,6 +194,7 @@ def test_train_command_writes_a_head_and_prints_cv(
     )
     printed = capsys.readouterr().out
     assert code == 0 and "cross-validated accuracy" in printed and "confusion matrix" in printed
+    assert "calibration (out of fold): temperature" in printed and "coverage for accuracy" in printed
     head = Head.load(out)
     assert head.training["n"] == 18 and head.id in printed
 
@@ -230,6 +231,11 @@ def test_eval_with_a_head_reports_both_methods(
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["method"] == "head" and report["head"]["id"] == head.id
     assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == 9
+    assert "ECE" in printed and "coverage for accuracy" in printed
+    cal = report["calibration"]
+    assert (
+        0 <= cal["ece"] <= 1 and cal["bins"] == 15 and set(cal["accuracy_at"]) == {"1", "0.9", "0.8", "0.7"}
+    )
 
 
 def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(
@@ -325,3 +331,65 @@ def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Hea
     engine = Engine.load(options)
     assert engine.head is not None and engine.head.id == head.id
     assert Engine.load(replace(options, head="none")).head is None
+
+
+def test_temperature_and_review_threshold_round_trip_and_scale_scores(head: Head, tmp_path: Path) -> None:
+    warm = replace(head, temperature=2.5, review_below=0.6)
+    assert warm.id != head.id  # what the scores mean is part of the head's identity
+    warm.save(tmp_path / "w.head")
+    back = Head.load(tmp_path / "w.head")
+    assert back.temperature == 2.5 and back.review_below == 0.6 and back.id == warm.id
+    x = torch.randn(4, head.hidden_size, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(back.log_probs(x), torch.log_softmax(head.logits(x) / 2.5, -1))
+    torch.testing.assert_close(back.probabilities(x).sum(-1), torch.ones(4))
+    assert back.predict(x) == head.predict(x)  # a temperature never changes a decision
+    assert back.layers == head.recipe.layers == (head.recipe.layer,)
+    with pytest.raises(HeadError, match="temperature"):
+        replace(head, temperature=0.0)
+    with pytest.raises(HeadError, match="review_below"):
+        replace(head, review_below=1.5)
+
+
+def test_a_head_file_without_temperature_loads_with_one(head: Head) -> None:
+    """Files written before calibration existed: no temperature or review_below in the metadata."""
+    import json
+
+    from safetensors.torch import save
+
+    from producer.learning import HEAD_META_KEY
+
+    meta = {k: v for k, v in replace(head, temperature=1.0).meta().items()}
+    meta.pop("temperature"), meta.pop("review_below")
+    old = save({"weight": head.weight, "bias": head.bias}, metadata={HEAD_META_KEY: json.dumps(meta)})
+    back = Head.from_bytes(old)
+    assert back.temperature == 1.0 and back.review_below is None
+    assert back.id == replace(head, temperature=1.0, review_below=None).id
+
+
+def test_training_fits_a_temperature_and_picks_the_review_threshold(engine: Engine) -> None:
+    from worker.engine.calibration import threshold_for_accuracy
+    from worker.engine.fit import fit as fit_features
+
+    texts, labels = labelled()
+    h = train_head(engine, texts, labels, seed=3, auto_accuracy=0.9)
+    t = h.training
+    assert (
+        h.temperature > 0
+        and 0.0 <= t["cv_ece"] <= 1.0
+        and set(t["cv_accuracy_at"]) == {"1", "0.9", "0.8", "0.7"}
+    )
+    # recompute the threshold from the same out-of-fold logits: it is what the head stored
+    x, _ = engine.features(texts, h.recipe)
+    present = [lab for lab in engine.task.labels if lab in labels]
+    y = [present.index(lab) for lab in labels]
+    oof = fit_features(x, y, len(present), seed=3).cv_logits
+    assert oof is not None
+    probs = torch.softmax(oof / h.temperature, -1)
+    conf, right = probs.max(1).values.tolist(), (probs.argmax(1) == torch.tensor(y)).tolist()
+    threshold, coverage = threshold_for_accuracy(conf, right, 0.9)
+    assert h.review_below == (1.0 if threshold is None else threshold)
+    assert t["auto_accuracy"] == 0.9 and t["expected_coverage"] == (
+        None if coverage is None else round(coverage, 4)
+    )
+    with pytest.raises(TrainingError, match="auto_accuracy"):
+        train_head(engine, texts, labels, auto_accuracy=1.5)

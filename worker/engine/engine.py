@@ -326,8 +326,9 @@ class Engine:
 
 
 def head_logprobs(head: Head, features: torch.Tensor) -> torch.Tensor:
-    """(tickets, head labels) log-probabilities a head gives its features: what decides its answers."""
-    return torch.log_softmax(head.logits(features), -1)
+    """(tickets, head labels) calibrated log-probabilities a head gives its features (its temperature
+    applied): what decides its answers, and what results report as scores."""
+    return head.log_probs(features)
 
 
 def answer(head: Head, features: torch.Tensor) -> list[Answer]:

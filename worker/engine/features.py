@@ -42,8 +42,20 @@ class Recipe:
         """A third of the way up, mean-pooled: layer 10 of SmolLM2-135M's 30 (measured, docs/head.md)."""
         return cls(layer=max(1, round(n_layers / 3)), pool=MEAN)
 
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The layers read, shallowest first; the pass stops after the last."""
+        return (self.layer,)
+
     def to_dict(self) -> dict[str, Any]:
         return {"layer": self.layer, "pool": self.pool}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Recipe:
+        """The recipe a head file records (ValueError if malformed)."""
+        if not isinstance(data, dict) or "layer" not in data:
+            raise ValueError(f"a recipe needs a layer, got {data!r}")
+        return cls(int(data["layer"]), str(data.get("pool", MEAN)))
 
 
 class _Reached(Exception):

@@ -27,6 +27,7 @@ class Fit:
     folds: int
     cv_by_l2: dict[float, float]
     cv_predicted: list[int] | None = None  # each row's out-of-fold prediction, at the chosen l2
+    cv_logits: torch.Tensor | None = None  # (rows, classes) out-of-fold logits at the chosen l2
 
 
 def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,18 +102,21 @@ def fit(
     cv: dict[float, float] = {}
     confusion: dict[float, list[list[int]]] = {}
     out_of_fold: dict[float, list[int]] = {}
+    oof_logits: dict[float, torch.Tensor] = {}
     if k >= 2:
         fold = torch.tensor(stratified_folds(target.tolist(), k, seed))
         for l2 in grid:
-            predicted = torch.empty_like(target)
+            logits = torch.empty(len(target), classes, dtype=torch.float64)
             for f in range(k):
                 train, test = fold != f, fold == f
                 w, b = _train(x[train], target[train], classes, l2)
-                predicted[test] = (x[test] @ w.T + b).argmax(1)
+                logits[test] = x[test] @ w.T + b
                 done += 1
                 if progress:
                     progress(done, total)
+            predicted = logits.argmax(1)
             cv[l2] = float((predicted == target).double().mean())
+            oof_logits[l2] = logits.float()
             out_of_fold[l2] = predicted.tolist()
             m = torch.zeros(classes, classes, dtype=torch.long)
             m.index_put_((target, predicted), torch.ones_like(target), accumulate=True)
@@ -132,6 +136,7 @@ def fit(
         folds=k if k >= 2 else 0,
         cv_by_l2=cv,
         cv_predicted=out_of_fold.get(best),
+        cv_logits=oof_logits.get(best),
     )
 
 

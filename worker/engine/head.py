@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -58,6 +59,12 @@ class Head:
     prompt_digest: str
     training: dict[str, Any] = field(default_factory=dict)  # n, counts, cv_accuracy, l2, ticketq version
     version: str | None = None  # set when published (a Redis head's version); not part of the file
+    # Scores are softmax(logits / temperature): fitted on out-of-fold logits at training time so they are
+    # calibrated probabilities. It never changes a decision. Files written before it existed: 1.0.
+    temperature: float = 1.0
+    # Results whose calibrated confidence is below this go to review; chosen by ``train`` for the task's
+    # ``auto_accuracy`` (training["auto_accuracy"], training["expected_coverage"]). None: not chosen.
+    review_below: float | None = None
 
     def __post_init__(self) -> None:
         self.labels = tuple(self.labels)
@@ -73,17 +80,32 @@ class Head:
             raise HeadError("head weights are not finite")
         self.weight = self.weight.detach().float().contiguous()
         self.bias = self.bias.detach().float().contiguous()
+        self.temperature = float(self.temperature)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise HeadError(f"head temperature must be a positive number, got {self.temperature!r}")
+        if self.review_below is not None:
+            self.review_below = float(self.review_below)
+            if not 0.0 <= self.review_below <= 1.0:
+                raise HeadError(f"head review_below must lie in [0, 1], got {self.review_below!r}")
 
     @property
     def hidden_size(self) -> int:
         return int(self.weight.shape[1])
 
     @property
+    def layers(self) -> tuple[int, ...]:
+        """The decoder layers whose states this head reads; the pass stops after the deepest."""
+        return self.recipe.layers
+
+    @property
     def id(self) -> str:
-        """Short digest of what decides labels (weights, labels, recipe, model, prompt)."""
+        """Short digest of what decides labels and scores (weights, labels, recipe, model, prompt, and the
+        temperature and review threshold when set: a head from before they existed keeps its id)."""
         h = hashlib.sha256(self.weight.numpy().tobytes())
         h.update(self.bias.numpy().tobytes())
         h.update(digest(self.labels, self.recipe.to_dict(), self.model_digest, self.prompt_digest).encode())
+        if self.temperature != 1.0 or self.review_below is not None:
+            h.update(digest(self.temperature, self.review_below).encode())
         return h.hexdigest()[:12]
 
     @property
@@ -101,6 +123,8 @@ class Head:
             "model_digest": self.model_digest,
             "prompt_digest": self.prompt_digest,
             "training": self.training,
+            "temperature": self.temperature,
+            "review_below": self.review_below,
         }
 
     def to_bytes(self) -> bytes:
@@ -121,7 +145,7 @@ class Head:
             tensors = load(bytes(data))
             if meta.get("format") != FORMAT:
                 raise HeadError(f"not a ticketq head (format {meta.get('format')!r}, expected {FORMAT!r})")
-            recipe = Recipe(int(meta["recipe"]["layer"]), str(meta["recipe"]["pool"]))
+            recipe = Recipe.from_dict(meta["recipe"])
             head = cls(
                 labels=tuple(str(x) for x in meta["labels"]),
                 weight=tensors["weight"],
@@ -132,6 +156,8 @@ class Head:
                 prompt_digest=str(meta["prompt_digest"]),
                 training=dict(meta.get("training") or {}),
                 version=version,
+                temperature=float(meta.get("temperature", 1.0)),
+                review_below=None if meta.get("review_below") is None else float(meta["review_below"]),
             )
         except HeadError:
             raise
@@ -190,8 +216,20 @@ class Head:
             )
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        """(n, labels) float32 scores for (n, hidden) features."""
+        """(n, labels) float32 raw scores for (n, hidden) features (before the temperature)."""
         return torch.nn.functional.linear(features.float().cpu(), self.weight, self.bias)
+
+    def log_probs(self, features: torch.Tensor) -> torch.Tensor:
+        """(n, labels) calibrated log-probabilities: log_softmax(logits / temperature)."""
+        return torch.log_softmax(self.logits(features) / self.temperature, -1)
+
+    def probabilities(self, features: torch.Tensor) -> torch.Tensor:
+        """(n, labels) calibrated probabilities: softmax(logits / temperature)."""
+        return self.log_probs(features).exp()
+
+    def predict(self, features: torch.Tensor) -> list[str]:
+        """The label each row of (n, hidden) features gets (the temperature never changes it)."""
+        return [self.labels[i] for i in self.logits(features).argmax(-1).tolist()]
 
     def summary(self) -> dict[str, Any]:
         """For logs and ``describe()``."""
@@ -203,6 +241,8 @@ class Head:
             "n": t.get("n"),
             "cv_accuracy": t.get("cv_accuracy"),
             "recipe": self.recipe.to_dict(),
+            "temperature": self.temperature,
+            "review_below": self.review_below,
         }
 
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
 from .features import Recipe
 from .fit import fit
 from .head import Head, HeadError, Identity, digest
@@ -82,6 +83,7 @@ def train_head(
     recipe: Recipe | None = None,
     corrected: Mapping[int, str | None] | None = None,
     features: torch.Tensor | None = None,
+    auto_accuracy: float | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -89,7 +91,14 @@ def train_head(
     a head row that never wins (and ``training["missing"]`` names it). ``corrected`` maps the rows that are
     people's corrections to the label the worker had given (None: unknown); the head then records how
     often those labels were right before (the worker's) and after (the new head, out of fold). ``features``:
-    the texts' features at ``recipe``, when the caller has them already (the publish gate reuses them)."""
+    the texts' features at ``recipe``, when the caller has them already (the publish gate reuses them).
+
+    The temperature is fitted on the out-of-fold logits (tickets each fold did not train on), so the
+    head's scores are calibrated probabilities; ``training["calibration"]`` records the out-of-fold ECE
+    and risk-coverage at it. With ``auto_accuracy`` the head's ``review_below`` is the lowest confidence
+    whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``)."""
+    if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
+        raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
         raise TrainingError(f"{len(texts)} texts but {len(labels)} labels")
     task_labels = list(engine.task.labels)
@@ -109,6 +118,21 @@ def train_head(
     result = fit(
         x, y, len(present), seed=seed, progress=(lambda d, t: progress("fit", d, t)) if progress else None
     )
+    temperature, review_below, calibration = 1.0, None, {}
+    if result.cv_logits is not None:
+        temperature = fit_temperature(result.cv_logits, y)
+        probs = torch.softmax(result.cv_logits / temperature, -1)
+        confidence = probs.max(1).values.tolist()
+        correct = (probs.argmax(1) == torch.tensor(y)).tolist()
+        calibration = _calibration(confidence, correct, temperature, result.cv_logits, y)
+        if auto_accuracy is not None:
+            threshold, coverage = threshold_for_accuracy(confidence, correct, auto_accuracy)
+            calibration["auto_accuracy"] = auto_accuracy
+            calibration["expected_coverage"] = None if coverage is None else round(coverage, 4)
+            # unreachable: everything goes to review (a threshold above any probability)
+            review_below = 1.0 if threshold is None else threshold
+    elif auto_accuracy is not None:
+        raise TrainingError("auto_accuracy needs cross-validation: at least two tickets of every label")
     weight = torch.zeros(len(task_labels), x.shape[1])
     bias = torch.full((len(task_labels),), _ABSENT)
     rows = torch.tensor([task_labels.index(lab) for lab in present])
@@ -123,6 +147,8 @@ def train_head(
         model=ident.model,
         model_digest=ident.model_digest,
         prompt_digest=ident.prompt_digest,
+        temperature=temperature,
+        review_below=review_below,
         training={
             "n": len(labels),
             "counts": {lab: counts.get(lab, 0) for lab in task_labels},
@@ -136,8 +162,29 @@ def train_head(
             "dtype": engine.loaded.dtype_name,
             "ticketq_version": _version(),
             **_on_corrections(corrected or {}, labels, present, result.cv_predicted),
+            **calibration,
         },
     )
+
+
+def _calibration(
+    confidence: list[float], correct: list[bool], temperature: float, logits: torch.Tensor, y: list[int]
+) -> dict[str, Any]:
+    """What the out-of-fold predictions say about the scores, for the file and ``train``'s report."""
+    raw = torch.softmax(logits, -1).max(1).values.tolist()
+    rc = risk_coverage(confidence, correct)
+    return {
+        "temperature": temperature,
+        "cv_ece": round(ece(confidence, correct), 4),
+        "cv_ece_uncalibrated": round(ece(raw, correct), 4),
+        "cv_accuracy_at": {f"{f:g}": None if a is None else round(a, 4) for f, a in rc.accuracy_at.items()},
+        "cv_coverage_for": {
+            f"{c.target:g}": None
+            if c.coverage is None
+            else {"coverage": round(c.coverage, 4), "threshold": round(c.threshold or 0.0, 4)}
+            for c in rc.coverage_for
+        },
+    }
 
 
 def _on_corrections(
