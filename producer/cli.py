@@ -85,7 +85,7 @@ class DeadOptions:
 
 @dataclass(frozen=True)
 class ReviewOptions:
-    limit: int = option(100, help="least confident tickets to print", check=at_least(1))
+    limit: int = option(100, help="tickets to print, smallest margin first", check=at_least(1))
 
     def __post_init__(self) -> None:
         _check(self)
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     config.add_arguments(corrections, QuestionOptions, env=False)
     corrections.set_defaults(func=cmd_corrections)
-    unsure = sub.add_parser("review", help="tickets that need review, least confident first, as JSONL")
+    unsure = sub.add_parser("review", help="tickets that need review, smallest margin first, as JSONL")
     config.add_arguments(unsure, ReviewOptions, env=False)
     unsure.set_defaults(func=cmd_review)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")

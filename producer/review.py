@@ -1,6 +1,8 @@
-"""The review queue (``P:review``), read: the tickets that need a person, least confident first.
+"""The review queue (``P:review``), read: the tickets that need a person, smallest margin first.
 
-Workers add a result's id when its confidence is below the review threshold (worker/review.py); labelling
+Workers add a result's id when its confidence is below the review threshold (worker/review.py), scored
+by its margin (top probability minus the runner-up's: the order that taught a head most in
+docs/active-learning.md); labelling
 the ticket (confirmed or corrected, :meth:`producer.client.Client.label`) takes it off. The dashboard's
 "Needs review" page and ``ticketq-producer review`` read it through here. No torch.
 """
@@ -17,13 +19,18 @@ from producer.protocol import Result
 
 @dataclass(frozen=True)
 class ReviewItem:
-    """One ticket of ``P:review``: its id, the confidence it is queued by, its result and its kept text
+    """One ticket of ``P:review``: its id, the margin it is queued by, its result and its kept text
     (None when trimmed or expired: it can then no longer be labelled)."""
 
     id: str
-    confidence: float
+    margin: float
     result: Result | None
     text: str | None
+
+    @property
+    def confidence(self) -> float | None:
+        """The probability of its label, as the result says (None: the result is gone)."""
+        return self.result.confidence if self.result else None
 
     def top(self, n: int = 3) -> list[tuple[str, float]]:
         """The ``n`` most probable labels and their probabilities."""
@@ -34,7 +41,8 @@ class ReviewItem:
         r = self.result
         return {
             "id": self.id,
-            "confidence": round(self.confidence, 4),
+            "margin": round(self.margin, 4),
+            "confidence": None if self.confidence is None else round(self.confidence, 4),
             "label": r.label if r else None,
             "top": [{"label": k, "p": round(v, 4)} for k, v in self.top()],
             "text": self.text,
@@ -44,7 +52,7 @@ class ReviewItem:
 
 
 def queue(client: Client, limit: int = 100, offset: int = 0) -> list[ReviewItem]:
-    """Tickets that need a person, least confident first, with their result and text."""
+    """Tickets that need a person, smallest margin first, with their result and text."""
     r, keys = client.redis, client.keys
     ids = [_str(i) for i in r.zrange(keys.review, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
     if not ids:

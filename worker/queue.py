@@ -34,6 +34,7 @@ from producer.protocol import (
     Keys,
     Result,
     payload_digest,
+    review_margin,
 )
 from producer.strictjson import Unwritable
 from worker.connection import is_cluster, transient
@@ -274,9 +275,9 @@ class RedisQueue:
             pipe.lrem(self.inflight, 1, _any(item.raw))
         if released:
             pipe.hdel(self.keys.attempts, *{payload_digest(i.raw) for i in released})
-        if unsure := {f.result.id: f.result.confidence or 0.0 for f in report.fresh if f.result.review}:
+        if unsure := {f.result.id: review_margin(f.result.scores) for f in report.fresh if f.result.review}:
             pipe.zadd(self.keys.review, unsure)
-            pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, -1)  # past the bound, the most confident go
+            pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, -1)  # past the bound, the largest margins go
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
         event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})

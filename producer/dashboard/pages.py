@@ -134,11 +134,11 @@ async def ticket_page(request: Request) -> Response:
     )
 
 
-REVIEW_ROWS = 100  # the least confident shown at once; labelling them brings the next ones up
+REVIEW_ROWS = 100  # the smallest margins shown at once; labelling them brings the next ones up
 
 
 async def review_page(request: Request) -> Response:
-    """The tickets that need a person, least confident first: confirm or correct each in one click (both
+    """The tickets that need a person, smallest margin first: confirm or correct each in one click (both
     record a correction, which takes the ticket off the queue)."""
     st = state(request)
     items = await run_in_threadpool(review.queue, st.client, REVIEW_ROWS)

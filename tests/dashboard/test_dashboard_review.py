@@ -4,6 +4,7 @@ correction recorded, the ticket off the queue), and the queue's size and age on 
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import pytest
 import redis
@@ -47,7 +48,7 @@ def test_review_page_confirms_and_corrects_least_confident_first(
             follow_redirects=False,
         )
         assert correct.status_code == 303
-        assert [m.decode() for m in r.zrange(keys.review, 0, -1)] == ["T-XSS"]
+        assert [m.decode() for m in cast(list[bytes], r.zrange(keys.review, 0, -1))] == ["T-XSS"]
         stored = Client(redis.Redis.from_url(redis_url), prefix).correction_records()
         assert {(c.id, c.label, c.was) for c in stored} == {
             ("T-3", "billing", "billing"),

@@ -14,10 +14,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from producer.protocol import Keys, Result
+from worker.connection import connect
 from worker.engine import Engine
 from worker.engine.model import LoadedModel
 from worker.engine.task import load_task
-from worker.queue import RedisQueue, connect
+from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
 

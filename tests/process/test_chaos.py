@@ -50,6 +50,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from typing import cast  # noqa: E402
 
 import redis  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
@@ -174,10 +175,10 @@ def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
         return obj
 
     ends: dict[str, list[str]] = {d: [] for d in pushed}
-    results = {k.decode(): strict(v) for k, v in r.hgetall(keys.results).items()}
+    results = {k.decode(): strict(v) for k, v in cast(dict[bytes, bytes], r.hgetall(keys.results)).items()}
     for tid, result in results.items():
         ends[str(result["digest"])].append(f"result {tid}")
-    for raw in r.lrange(keys.dead, 0, -1):
+    for raw in cast(list[bytes], r.lrange(keys.dead, 0, -1)):
         letter = strict(raw)
         assert letter["reason"], letter
         ends[hashlib.sha1(DeadLetter.from_json(raw).payload).hexdigest()].append(str(letter["reason"]))

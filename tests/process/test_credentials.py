@@ -11,6 +11,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faultkit import KEYS, MB, all_accounted, cli, events
@@ -140,7 +141,7 @@ def test_the_acls_in_the_threat_model_work_as_written(
 # -- issue 19: checked before the model loads; secrets masked wherever they hide ---------------------------
 
 
-def _serve_without_loading(url: str, *flags: str) -> tuple[int, list[dict[str, object]]]:
+def _serve_without_loading(url: str, *flags: str) -> tuple[int, list[dict[str, Any]]]:
     """``wiring.serve`` in process with a loader that must not be reached; (exit status, JSON events)."""
     import contextlib
     import io

@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -275,7 +276,7 @@ def test_regression_issue_19_a_lone_surrogate_id_pushed_with_redis_cli_cannot_st
     assert r.hlen(keys.results) == 7
     letters = [json.loads(d) for d in r.lrange(keys.dead, 0, -1)]
     assert sorted(d["reason"] for d in letters) == ["lone surrogate U+D800 in id"] * 2
-    for raw in [*r.hvals(keys.results), *r.lrange(keys.dead, 0, -1)]:
+    for raw in cast(list[bytes], [*r.hvals(keys.results), *r.lrange(keys.dead, 0, -1)]):
         json.loads(raw.decode("utf-8"))  # strict UTF-8, valid JSON
     assert r.llen(keys.tickets) == 0 and not r.exists(keys.inflight("gone"), keys.inflight(worker.id))
     r.close()

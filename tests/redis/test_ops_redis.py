@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -169,7 +170,9 @@ def test_requeue_dead_skips_poison_unless_asked_and_keeps_its_attempts(r: redis.
     assert r.hget(keys.attempts, payload_digest(payload(7))) == b"3"  # travels alone, dies once more at most
 
 
-def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(r: redis.Redis, keys: Keys) -> None:
+def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from producer import dead
 
     n = dead.REQUEUE_LOOK * 3 + 7
@@ -178,10 +181,15 @@ def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(r: redis.Re
         for i in range(n)
     ]
     r.lpush(keys.dead, *[d.to_json() for d in letters])  # t0 oldest
-    calls = []
+    calls: list[dict[str, Any]] = []
     c = Client(r, keys.prefix)
     real = c._requeue_dead
-    c._requeue_dead = lambda **kw: calls.append(kw) or real(**kw)  # type: ignore[method-assign]
+
+    def counted(**kw: Any) -> Any:
+        calls.append(kw)
+        return real(**kw)
+
+    monkeypatch.setattr(c, "_requeue_dead", counted)
     moved = c.requeue_dead()
     assert moved == [f"t{i}" for i in range(n) if i % 4]
     assert len(calls) >= 4  # bounded steps, not one call

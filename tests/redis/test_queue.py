@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import cast
 
 import pytest
 import redis
@@ -241,7 +242,7 @@ def test_an_unwritable_result_is_dead_lettered_alone_and_its_drain_mates_are_wri
     assert reasons["t1"].startswith("unwritable result: ValueError: Out of range float values")
     assert reasons["t2"].startswith("unwritable result: UnicodeEncodeError")
     assert r.llen(keys.inflight("w1")) == 0 and r.hlen(keys.results) == 2 and r.llen(keys.dead) == 2
-    for raw in [*r.hvals(keys.results), *r.lrange(keys.dead, 0, -1)]:
+    for raw in cast(list[bytes], [*r.hvals(keys.results), *r.lrange(keys.dead, 0, -1)]):
         json.loads(raw.decode("utf-8"))
 
 
@@ -253,7 +254,7 @@ def test_a_dead_letter_and_event_are_always_writable_whatever_their_text(
     letter = DeadLetter("engine error: \ud800 in a message", raw, worker="w\udc00", id="t\ud800")
     report = q.ack([], [Rejected(raw, letter)])
     assert len(report.dead) == 1
-    stored = json.loads(r.lindex(keys.dead, 0).decode("utf-8"))
+    stored = json.loads(cast(bytes, r.lindex(keys.dead, 0)).decode("utf-8"))
     assert stored["reason"] == "engine error: \ufffd in a message" and stored["id"] == "t\ufffd"
 
 
@@ -273,6 +274,6 @@ def test_recovery_handles_each_orphan_on_its_own(r: redis.Redis, keys: Keys) -> 
     peer = RedisQueue(r, keys, "peer", max_attempts=1)  # one death is enough: every orphan dead-lettered
     done = peer.recover()
     assert sorted((d.worker, d.dead) for d in done) == [("gone1", 5), ("gone2", 5)]
-    letters = [json.loads(raw.decode("utf-8")) for raw in r.lrange(keys.dead, 0, -1)]
+    letters = [json.loads(raw.decode("utf-8")) for raw in cast(list[bytes], r.lrange(keys.dead, 0, -1))]
     assert len(letters) == 10 and all(d["reason"] == "poison: killed 1 workers" for d in letters)
     assert sorted(d.get("id", "") for d in letters).count("") == 8  # no id readable from the hostile ones

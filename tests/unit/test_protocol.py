@@ -249,16 +249,22 @@ def test_result_answers_round_trip_and_are_absent_for_one_question() -> None:
 
 
 def test_stage_writes_every_answer_on_the_result() -> None:
-    from worker.engine.types import Answer, Prediction
+    from collections.abc import Callable, Sequence
+    from typing import Any, ClassVar
+
+    from worker.engine.types import Answer, BatchStats, Prediction
     from worker.stage import process
 
     class Asking:
-        name, labels = "fake", ["a", "b"]
+        name = "fake"
+        labels: ClassVar[list[str]] = ["a", "b"]
 
-        def describe(self) -> dict:
+        def describe(self) -> dict[str, Any]:
             return {}
 
-        def classify(self, texts):
+        def classify(
+            self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+        ) -> tuple[list[Prediction], list[BatchStats]]:
             answer = Answer("x", {"x": 0.7, "y": 0.3}, head="h1")
             return [Prediction("a", {"a": 1.0, "b": 0.0}, {}, answers={"q": answer}) for _ in texts], []
 

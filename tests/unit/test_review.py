@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -54,7 +54,7 @@ def test_a_review_route_is_allowed_beside_the_labels() -> None:
 
 class Sure:
     name = "sure"
-    labels = ("a", "b")
+    labels: ClassVar[list[str]] = ["a", "b"]
 
     def describe(self) -> dict[str, Any]:
         return {}

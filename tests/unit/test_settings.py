@@ -12,10 +12,11 @@ from dataclasses import replace
 import pytest
 import structlog
 
+from producer.client import mask_url
 from worker import cli, logs
 from worker.engine.options import EngineOptions
 from worker.errors import ConfigError
-from worker.settings import Settings, add_arguments, from_args, mask_url
+from worker.settings import Settings, add_arguments, from_args
 
 
 def parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
