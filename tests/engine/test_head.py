@@ -297,7 +297,8 @@ def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
 def test_train_from_redis_corrections_and_publish(
     tiny_dir: Path, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Corrections in P:labels (as label.lua writes them) -> train -> a published head a worker can load."""
+    """Corrections in P:labels (as label.lua writes them), added to the task's base data (issue 24) ->
+    train -> a published head a worker can load, recording what it learnt from."""
     import redis
 
     from producer.client import Client
@@ -311,12 +312,14 @@ def test_train_from_redis_corrections_and_publish(
         r.hset(Keys(prefix).labels, f"c{i}", Correction(f"c{i}", lab, t, at=float(i)).to_json())
     flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
     assert main(["train", *flags, "--from-redis", "--publish"]) == 0
-    assert "12 corrections from Redis" in capsys.readouterr().out
+    assert "12 corrections from Redis + " in capsys.readouterr().out  # added to the base data
     current = Client(r, prefix).current_head()
     assert current is not None
     version, data = current
     published = Head.from_bytes(data, version=version)
-    assert published.training["n"] == 12 and published.name == version
+    learnt = published.training["data"]
+    assert learnt["base_rows"] > 0 and sorted(learnt["corrections"]) == sorted(f"c{i}" for i in range(12))
+    assert published.training["n"] == learnt["base_rows"] + 12 and published.name == version
 
 
 def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:
