@@ -14,7 +14,7 @@ when it loses a class: recall at most :data:`LOST_RECALL` where the current head
 :data:`HAD_RECALL`. ``--force`` publishes anyway. The comparison travels with the published head (its
 ``training["gate"]`` and its ``P:heads`` entry), for the dashboard and ``ticketq-producer heads``.
 
-The verdict is plain Python (testable without torch); :func:`fold_predictions` runs the fits.
+The verdict is plain Python (testable without torch); :func:`worker.engine.fit.cross_predict` runs the fits.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 MARGIN = 0.01  # overall out-of-fold accuracy the candidate may lose and still be published (noise)
 LOST_RECALL = 0.1  # a class the candidate recalls this little or less ...
 HAD_RECALL = 0.5  # ... where the current head recalled at least this much, is lost
-FOLDS = 5
 
 
 @dataclass(frozen=True)
@@ -171,8 +170,9 @@ def _side(
 
 
 def folds_for(y: Sequence[int], seed: int) -> list[int]:
-    """Stratified folds over the evidence (as many as the rarest label allows, at most :data:`FOLDS`)."""
-    from worker.engine.fit import stratified_folds
+    """Stratified folds over the evidence: as many as the rarest label allows, at most the fit's
+    :data:`worker.engine.fit.FOLDS`."""
+    from worker.engine.fit import FOLDS, stratified_folds
 
     counts: dict[int, int] = {}
     for v in y:
@@ -181,22 +181,6 @@ def folds_for(y: Sequence[int], seed: int) -> list[int]:
     if k < 2:
         raise ValueError("a label has a single ticket: too few to compare heads out of fold")
     return stratified_folds(y, k, seed)
-
-
-def fold_predictions(
-    features: torch.Tensor,
-    y: Sequence[int],
-    classes: int,
-    *,
-    l2: float,
-    fold: Sequence[int],
-    train: Sequence[bool] | None = None,
-) -> list[int]:
-    """Each row's label index predicted by a head fitted (at ``l2``) on the ``train`` rows of the other
-    folds (every row when ``train`` is None)."""
-    from worker.engine.fit import cross_predict
-
-    return cross_predict(features, y, classes, l2=l2, fold=fold, train=train)
 
 
 def _pct(value: float | None) -> str:
@@ -285,16 +269,18 @@ def compare_with(
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, at ``l2``)
     against ``in_use`` on the same folds."""
+    from worker.engine.fit import cross_predict
+
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    candidate = fold_predictions(features, y, len(labels), l2=l2, fold=fold, train=candidate_rows)
+    candidate = cross_predict(features, y, len(labels), l2=l2, fold=fold, train=candidate_rows)
     method, current = "direct", None
     rows = in_use.trained_on
     if rows is not None and any(rows):
         try:
             own_l2 = float(in_use.head.training.get("l2") or l2)
-            current = fold_predictions(features, y, len(labels), l2=own_l2, fold=fold, train=rows)
+            current = cross_predict(features, y, len(labels), l2=own_l2, fold=fold, train=rows)
             method = "refit"
         except ValueError:
             current = None  # a fold without its training rows: judge it by its own labels
