@@ -117,7 +117,10 @@ def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
 ) -> None:
     keys = Keys(prefix)
     r = redis.Redis.from_url(redis_url)
-    fleet = fleets(redis_url, "--drain", "64", "--batch-size", "16", "--heartbeat-s", "1", prefix=prefix)
+    # --max-dead 0 keeps every dead letter: the default bound (10,000) would trim some in a longer run,
+    # and the accounting below must see each payload's end
+    flags = ("--drain", "64", "--batch-size", "16", "--heartbeat-s", "1", "--max-dead", "0")
+    fleet = fleets(redis_url, *flags, prefix=prefix)
     for _ in range(2):
         fleet.spawn()
     pushed: dict[str, bytes] = {}  # digest -> payload
