@@ -50,6 +50,9 @@ class Engine(Protocol):
 # progress(stage, done, total): stage is "features" (tickets) or "fit" (cross-validation fits)
 Progress = Callable[[str, int, int], None]
 _ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
+# How heads are trained, in the cache key: a cached head from an older way is trained again (2: a
+# temperature fitted on out-of-fold logits, so cached heads from before carry calibrated scores too).
+TRAINING = 2
 
 
 class TrainingError(HeadError):
@@ -234,7 +237,8 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
     """The head trained from labelled ``data`` for this engine, from the cache or trained now and cached.
 
     The cache key covers everything the head depends on: the model's weights, the prompt, the data,
-    the dtype the features are computed in, the recipe and the ticketq version."""
+    the dtype the features are computed in, the recipe, the way heads are trained (:data:`TRAINING`) and
+    the ticketq version."""
     from producer.files import parse
 
     raw = Path(data).read_bytes()
@@ -247,6 +251,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
         hashlib.sha256(raw).hexdigest(),
         engine.loaded.dtype_name,
         recipe.to_dict(),
+        TRAINING,
         _version(),
     )[:24]
     path = cache_root() / "heads" / f"{key}.safetensors"
