@@ -240,6 +240,9 @@ def table(
             f"   ({zs_s / seconds:.1f}x the zero-shot speed, same run)",
         ]
     lines += ["", *confusion_table(scores.labels, scores.confusion)]
+    if pairs := confused_pairs(scores.labels, scores.confusion):
+        lines += ["", "most confused (true -> predicted: tickets)"]
+        lines += [f"  {t} -> {p}: {n}" for t, p, n in pairs]
     lines += ["", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for lab, c in scores.per_class.items():
         lines.append(
@@ -266,6 +269,15 @@ def confusion_table(labels: Sequence[str], matrix: Sequence[Sequence[int]], note
     return out
 
 
+def confused_pairs(
+    labels: Sequence[str], matrix: Sequence[Sequence[int]], top: int = 10
+) -> list[tuple[str, str, int]]:
+    """The ``top`` off-diagonal cells, largest first (ties by label order): where a label set with
+    dozens of near-synonymous intents still goes wrong, readable where the matrix is not."""
+    cells = [(-n, i, j) for i, row in enumerate(matrix) for j, n in enumerate(row) if i != j and n > 0]
+    return [(labels[i], labels[j], -n) for n, i, j in sorted(cells)[:top]]
+
+
 def to_json(
     scores: Scores,
     info: dict[str, Any],
@@ -286,6 +298,9 @@ def to_json(
         "items_per_s": round(scores.n / seconds, 2) if seconds > 0 else None,
         "labels": scores.labels,
         "confusion": scores.confusion,
+        "confused_pairs": [
+            {"true": t, "predicted": p, "n": n} for t, p, n in confused_pairs(scores.labels, scores.confusion)
+        ],
         "per_class": {
             lab: {k: round(v, 4) if isinstance(v, float) else v for k, v in vars(c).items()}
             for lab, c in scores.per_class.items()

@@ -11,7 +11,7 @@ from worker import cli
 from worker.engine.engine import Engine
 from worker.engine.model import load_model
 from worker.engine.task import load_task
-from worker.evaluate import score
+from worker.evaluate import confused_pairs, score
 
 LABELS = ["billing", "technical", "account"]
 ROWS = [
@@ -45,6 +45,14 @@ def test_score_by_hand() -> None:
     assert s.per_class["technical"].f1 == pytest.approx(1.0)
     never = score(LABELS, ["billing"], ["billing"]).per_class["account"]
     assert never.precision is None and never.recall is None and never.support == 0
+
+
+def test_confused_pairs_are_the_largest_off_diagonal_cells() -> None:
+    labels = ["a", "b", "c"]
+    matrix = [[9, 1, 4], [4, 7, 0], [0, 2, 5]]  # the diagonal never counts, however large
+    assert confused_pairs(labels, matrix) == [("a", "c", 4), ("b", "a", 4), ("c", "b", 2), ("a", "b", 1)]
+    assert confused_pairs(labels, matrix, top=1) == [("a", "c", 4)]
+    assert confused_pairs(labels, [[3, 0, 0], [0, 3, 0], [0, 0, 3]]) == []
 
 
 def test_eval_on_a_tiny_labelled_csv(tiny_dir: Path, tmp_path: Path, capsys) -> None:
