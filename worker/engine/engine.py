@@ -228,7 +228,7 @@ class Engine:
         *,
         on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[torch.Tensor, list[BatchStats]]:
-        """(tickets, hidden) float32 features a head reads, in input order: the packed, prefix-cached pass
+        """(tickets, features) float32 features a head reads, in input order: the packed, prefix-cached pass
         without the label tree, stopped at the recipe's deepest layer. ``progress(n)`` after each pass;
         no ``recipe``: the head's, else the one a head is trained with (:func:`.training.recipe_for`)."""
         recipe = recipe or (self.head.recipe if self.head else recipe_for(self))
@@ -251,7 +251,7 @@ class Engine:
         *,
         on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[list[torch.Tensor], list[BatchStats]]:
-        """Per recipe, (tickets, hidden) float32 features in input order, all from one packed,
+        """Per recipe, (tickets, features) float32 features in input order, all from one packed,
         prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.features`)."""
         unique = list(dict.fromkeys(recipes))
         suffixes = self.prompt.ticket_ids(self.tokenizer, texts)

@@ -40,7 +40,9 @@ class Recipe:
     parts: tuple[Part, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.parts, tuple) or not self.parts:
+        if not isinstance(self.parts, tuple):
+            raise ValueError(f"a recipe's parts are a tuple of (layer, pooling), got {self.parts!r}")
+        if not self.parts:
             raise ValueError("a recipe needs at least one part (LAYER:POOL)")
         parts = []
         for part in self.parts:
