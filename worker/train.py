@@ -13,6 +13,11 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 ``--question NAME`` trains the head of one of the task's further questions (``[questions.NAME]``) on
 the task's own prompt, with that question's labels; name the file in the question's table (``head``).
 
+    ticketq-worker train --tickets labelled.csv --recipe 8:mean,12:mean,8:max,12:max --out rich.head
+
+``--recipe`` says which hidden states the head reads (:mod:`worker.engine.recipe`); without it, the
+task's ``recipe`` (the question's, with ``--question``), else the default. The file records it.
+
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
@@ -44,6 +49,7 @@ from producer.exitcodes import Exit, for_redis_error
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
+from worker.engine.recipe import Recipe
 from worker.evaluate import confusion_table
 
 
@@ -58,6 +64,14 @@ class TrainOptions:
         "(review_below) that keeps its out-of-fold predictions there",
         shown="the task's auto_accuracy",
         check=Check(lambda v: 0.0 < v <= 1.0, "must lie in (0, 1]"),
+    )
+    recipe: Recipe | None = option(
+        None,
+        help="the hidden states the head reads: LAYER:POOL parts, comma-separated, concatenated in that "
+        "order (POOL mean, max or last; a bare LAYER is mean-pooled), e.g. 8:mean,12:mean,8:max,12:max",
+        shown="the task's recipe, else a third of the way up, mean-pooled (10 of SmolLM2's 30)",
+        metavar="SPEC",
+        parse=Recipe.parse,
     )
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
@@ -136,16 +150,18 @@ def run(ns: argparse.Namespace) -> int:
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
-    from worker.engine.features import Recipe
-    from worker.engine.training import train_head
+    from worker.engine.training import recipe_for, train_head
     from worker.evaluate import load_engine
 
     engine = load_engine("train", options, questions=False)
     if isinstance(engine, int):
         return engine
-    engine = engine.asking(question)  # the question's labels; the task's prompt and pass
+    engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass
     texts = [it.text for it in items]
-    recipe = Recipe.default(engine.n_layers)
+    try:
+        recipe = recipe_for(engine, args.recipe)
+    except ValueError as exc:  # a layer the model lacks
+        return fail(str(exc))
     # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
     # then the gate's evidence only)
     learn = [row in corrected or not store.corrections_only for row in range(len(items))]
@@ -355,7 +371,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
     lines = [
         f"model: {info['model']} ({info['dtype']}); task: {info['task']}; features: "
-        f"layer {head.recipe.layer} of {info.get('layers', '?')}, {head.recipe.pool}-pooled",
+        f"recipe {head.recipe} (LAYER:POOL; the model has {info.get('layers', '?')} layers)",
         f"tickets: {source} ({t['n']}: {counts}) in {seconds:.1f} s",
     ]
     if t.get("missing"):

@@ -5,6 +5,11 @@ vocabulary) and the engine (prefix cache, packing, label tree, label rows only) 
 then prints the agreement, the largest log-probability difference and every ticket whose label
 differs, with the reference's top-two margin. Exit status 1 if any label differs in float32, where
 the two must agree exactly; in bfloat16 near-ties may flip, and the report says how close they were.
+
+With a head, its decisions on the engine's features are checked against the same head on features
+computed the plain way (every part of its recipe). ``--question NAME`` checks that further question's
+head instead (zero-shot label scoring answers the primary question only, so there is nothing else to
+check for it).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from producer import config
 from producer.config import at_least, group, option
 from producer.exitcodes import Exit
+from producer.options import QuestionOptions
 from worker.bench.data import SAMPLE, read_items
 from worker.engine.options import EngineOptions
 
@@ -32,6 +38,7 @@ class VerifyOptions:
     tickets: str = option(str(SAMPLE), help="JSONL or CSV (id,text) file", shown="the bundled sample")
     limit: int = option(100, help="most tickets to check", check=at_least(1))
     engine: EngineOptions = group(_float32, "engine", env=False)
+    asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
     def __post_init__(self) -> None:
         found = config.problems(self)
@@ -47,25 +54,40 @@ def run(ns: argparse.Namespace) -> int:
     import torch
 
     from worker.engine.reference import ReferenceScorer
+    from worker.engine.task import load_task
 
     try:
         args = config.resolve(VerifyOptions, ns)
         options = args.engine
+        question = args.asked.question
+        load_task(options.task).get_question(question)  # TaskError (a ValueError) for an unknown one
         texts = [it.text for it in read_items(args.tickets)][: args.limit]
-    except ValueError as exc:  # bad engine options, or a tickets file that cannot be used
+    except ValueError as exc:  # bad engine options or task, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
         return Exit.CONFIG
     from worker.evaluate import load_engine
 
-    engine = load_engine("verify", options)
+    engine = load_engine("verify", options, questions=question is not None)
     if isinstance(engine, int):
         return engine
     loaded, task = engine.loaded, engine.task
+    # the primary task renders the prompt every question's head reads (a question's task has no examples)
     reference = ReferenceScorer(loaded.model, loaded.tokenizer, task, engine.prompt)
     print(
         f"verify: {len(texts)} tickets, model {loaded.name}, {loaded.dtype_name}, "
         f"{torch.get_num_threads()} threads"
     )
+    exact = loaded.dtype == torch.float32
+    if question is not None:
+        asked = engine.asking(question)
+        if asked.head is None:
+            print(f"ticketq-worker verify: question {question!r} has no head", file=sys.stderr)
+            return Exit.CONFIG
+        print(f"question {question}: its head only (zero-shot scoring answers the primary question)")
+        if _verify_head(asked, reference, texts, exact):
+            return Exit.FAILED
+        print("OK" if exact else "reported (bfloat16: near-ties may flip)")
+        return 0
 
     start = time.perf_counter()
     ref = torch.tensor([reference.score_one(t) for t in _progress(texts, "reference")])
@@ -89,7 +111,6 @@ def run(ns: argparse.Namespace) -> int:
             f"  differs: {flip['text']!r}: reference {flip['reference']} (margin {flip['margin']:.4f}), "
             f"engine {flip['engine']}"
         )
-    exact = loaded.dtype == torch.float32
     failed = _failed(report, exact, 1e-4, "log-probabilities")
     if engine.head is not None:
         failed |= _verify_head(engine, reference, texts, exact)
@@ -117,9 +138,7 @@ def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> 
     head = engine.head
     recipe = head.recipe
     start = time.perf_counter()
-    plain = torch.stack(
-        [reference.features_one(t, recipe.layer, recipe.pool) for t in _progress(texts, "head")]
-    )
+    plain = torch.stack([reference.features_one(t, recipe) for t in _progress(texts, "head")])
     ref = head.log_probs(plain)
     ref_s = time.perf_counter() - start
     start = time.perf_counter()
@@ -127,7 +146,7 @@ def _verify_head(engine: Any, reference: Any, texts: list[str], exact: bool) -> 
     fast_s = time.perf_counter() - start
     report = compare(list(head.labels), texts, ref, fast)
     print(
-        f"head {head.id} (layer {recipe.layer}, {recipe.pool}): reference {len(texts) / ref_s:.1f} items/s, "
+        f"head {head.id} (recipe {recipe}): reference {len(texts) / ref_s:.1f} items/s, "
         f"engine {len(texts) / fast_s:.1f} items/s; agreement {report['agree']}/{len(texts)}, "
         f"largest log-probability difference {report['max_diff']:.3g}"
     )

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from worker.engine import Engine
-from worker.engine.features import LAST, MEAN, Recipe
 from worker.engine.fit import fit, stratified_folds
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
+from worker.engine.recipe import LAST, MEAN, Recipe
 from worker.engine.task import Task, load_task
 from worker.engine.training import TrainingError, train_head
 
@@ -47,7 +47,7 @@ def test_features_stop_early_and_match_the_full_model(engine: Engine) -> None:
     """The hooked early stop gives the state the full model reports, for a ticket packed with others."""
     texts = ["Short one.", "A somewhat longer ticket about a refund that never came.", "x"]
     for layer in (1, 2):
-        got, _ = engine.features(texts, Recipe(layer, LAST))
+        got, _ = engine.features(texts, Recipe.one(layer, LAST))
         ids = [*engine.prompt.prefix_ids, *engine.prompt.ticket_ids(engine.tokenizer, texts[1:2])[0]]
         with torch.inference_mode():
             out = engine.scorer.body(input_ids=torch.tensor([ids]), output_hidden_states=True)
@@ -56,8 +56,8 @@ def test_features_stop_early_and_match_the_full_model(engine: Engine) -> None:
 
 def test_features_do_not_depend_on_batch_company(engine: Engine) -> None:
     texts, _ = labelled(4)
-    together, _ = engine.features(texts, Recipe(1, MEAN))
-    alone = torch.cat([engine.features([t], Recipe(1, MEAN))[0] for t in texts[:3]])
+    together, _ = engine.features(texts, Recipe.one(1, MEAN))
+    alone = torch.cat([engine.features([t], Recipe.one(1, MEAN))[0] for t in texts[:3]])
     torch.testing.assert_close(together[:3], alone, atol=1e-4, rtol=1e-4)
 
 
@@ -206,8 +206,8 @@ def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
 
     ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     texts = ["My card was charged twice.", "", "Login fails with error 500 after the update, twice today."]
-    got, _ = engine.features(texts, Recipe(1, pool))
-    want = torch.stack([ref.features_one(t, 1, pool) for t in texts])
+    got, _ = engine.features(texts, Recipe.one(1, pool))
+    want = torch.stack([ref.features_one(t, Recipe.one(1, pool)) for t in texts])
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
@@ -346,7 +346,7 @@ def test_temperature_and_review_threshold_round_trip_and_scale_scores(head: Head
     torch.testing.assert_close(back.log_probs(x), torch.log_softmax(head.logits(x) / 2.5, -1))
     torch.testing.assert_close(back.probabilities(x).sum(-1), torch.ones(4))
     assert back.predict(x) == head.predict(x)  # a temperature never changes a decision
-    assert back.layers == head.recipe.layers == (head.recipe.layer,)
+    assert back.layers == head.recipe.layers == (1,)  # the default on the tiny model's 2 layers
     with pytest.raises(HeadError, match="temperature"):
         replace(head, temperature=0.0)
     with pytest.raises(HeadError, match="review_below"):

@@ -10,9 +10,9 @@ import torch
 from test_head import WORDS, labelled
 
 from worker.engine import Engine
-from worker.engine.features import LAST, MEAN, Recipe
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
+from worker.engine.recipe import LAST, MAX, MEAN, Recipe
 from worker.engine.task import Question, load_task
 from worker.engine.training import train_head
 
@@ -35,10 +35,10 @@ def train_for(engine: Engine, question: str | None, recipe: Recipe) -> Head:
     """A head for ``question`` with random weights (training is tests/engine/test_head.py's business)."""
     alone = engine.asking(question)
     ident = alone.identity
-    gen = torch.Generator().manual_seed(len(ident.labels) * 10 + recipe.layer)
+    gen = torch.Generator().manual_seed(len(ident.labels) * 10 + recipe.layers[-1])
     return Head(
         labels=ident.labels,
-        weight=torch.randn(len(ident.labels), ident.hidden_size, generator=gen),
+        weight=torch.randn(len(ident.labels), recipe.width(ident.hidden_size), generator=gen),
         bias=torch.randn(len(ident.labels), generator=gen),
         recipe=recipe,
         model=ident.model,
@@ -70,8 +70,13 @@ def ask_alone(engine: Engine, question: str | None, texts: list[str]) -> list:
 @pytest.mark.parametrize(
     "recipes",
     [
-        {None: Recipe(1, MEAN), "urgency": Recipe(1, MEAN), "topic": Recipe(1, MEAN)},  # one recipe
-        {None: Recipe(1, MEAN), "urgency": Recipe(2, LAST), "topic": Recipe(1, LAST)},  # three
+        {None: Recipe.one(1, MEAN), "urgency": Recipe.one(1, MEAN), "topic": Recipe.one(1, MEAN)},  # one
+        {None: Recipe.one(1, MEAN), "urgency": Recipe.one(2, LAST), "topic": Recipe.one(1, LAST)},  # three
+        {  # several parts, max pooling among them, sharing layers and parts with the others
+            None: Recipe.parse("1:mean,2:mean,1:max,2:max"),
+            "urgency": Recipe.one(1, MAX),
+            "topic": Recipe.parse("2:last,1:mean"),
+        },
     ],
 )
 def test_answers_from_one_pass_equal_each_head_asked_alone(engine: Engine, recipes: dict) -> None:
@@ -105,12 +110,12 @@ def test_the_pass_stops_at_the_deepest_layer_any_head_reads(engine: Engine) -> N
         for i, layer in enumerate(engine.scorer.body.layers)
     ]
     try:
-        engine.use_head(train_for(engine, None, Recipe(1, MEAN)), None)
-        engine.use_head(train_for(engine, "urgency", Recipe(1, LAST)), "urgency")
+        engine.use_head(train_for(engine, None, Recipe.one(1, MEAN)), None)
+        engine.use_head(train_for(engine, "urgency", Recipe.one(1, LAST)), "urgency")
         calls[:] = [0, 0]
         engine.classify(TEXTS)
         assert calls == [1, 0]  # both heads read layer 1 of 2: the second layer never runs
-        engine.use_head(train_for(engine, "topic", Recipe(2, MEAN)), "topic")
+        engine.use_head(train_for(engine, "topic", Recipe.one(2, MEAN)), "topic")
         calls[:] = [0, 0]
         engine.classify(TEXTS)
         assert calls == [1, 1]  # one head reads layer 2: still one pass, through both layers once
@@ -123,7 +128,7 @@ def test_the_pass_stops_at_the_deepest_layer_any_head_reads(engine: Engine) -> N
 
 def test_a_zero_shot_primary_keeps_its_scores_and_gains_the_answers(engine: Engine) -> None:
     plain = engine.classify(TEXTS)[0]
-    engine.use_head(train_for(engine, "urgency", Recipe(1, MEAN)), "urgency")
+    engine.use_head(train_for(engine, "urgency", Recipe.one(1, MEAN)), "urgency")
     try:
         asked = engine.classify(TEXTS)[0]
     finally:
@@ -135,7 +140,7 @@ def test_a_zero_shot_primary_keeps_its_scores_and_gains_the_answers(engine: Engi
 
 
 def test_heads_are_refused_for_the_wrong_question(engine: Engine) -> None:
-    urgency = train_for(engine, "urgency", Recipe(1, MEAN))
+    urgency = train_for(engine, "urgency", Recipe.one(1, MEAN))
     with pytest.raises(HeadError, match="labels"):
         engine.use_head(urgency, None)  # urgent/routine is not the primary's label set
     with pytest.raises(HeadError, match="labels"):
@@ -150,7 +155,7 @@ def test_heads_are_refused_for_the_wrong_question(engine: Engine) -> None:
 
 
 def test_a_question_head_round_trips_through_bytes(engine: Engine) -> None:
-    head = train_for(engine, "topic", Recipe(1, MEAN))
+    head = train_for(engine, "topic", Recipe.one(1, MEAN))
     engine.load_head(head.to_bytes(), "7", "topic")
     try:
         (p,) = engine.classify(TEXTS[:1])[0]
@@ -164,7 +169,7 @@ def test_bench_asks_three_questions_from_the_head_engines_one_pass(engine: Engin
     from worker.bench.data import Item
     from worker.bench.modes import asking_three, run_asking, run_engine
 
-    engine.use_head(train_for(engine, None, Recipe(1, MEAN)), None)
+    engine.use_head(train_for(engine, None, Recipe.one(1, MEAN)), None)
     try:
         items = [Item(str(i), t) for i, t in enumerate(TEXTS)]
         three = asking_three(engine)

@@ -11,16 +11,16 @@ from typing import Any
 import torch
 
 from . import features as feats
-from . import questions as qs
 from .decide import decide
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
 from .prompt import Prompt
+from .recipe import Recipe
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, TaskError, load_task
-from .training import resolve_head
+from .training import recipe_for, resolve_head
 from .types import Answer, BatchStats, Prediction
 
 
@@ -124,6 +124,7 @@ class Engine:
             calibrate=False,
             head=q.head,
             head_data=q.head_data,
+            recipe=q.recipe,
         )
         alone.prior = None
         alone.head = self.answer_heads.get(q.name)
@@ -146,10 +147,10 @@ class Engine:
             return
         if head is not None:
             head.check(self.identity)
-            if head.recipe.layer > self.n_layers:
-                raise HeadError(
-                    f"head {head.id} reads layer {head.recipe.layer}; the model has {self.n_layers}"
-                )
+            try:
+                head.recipe.check(self.n_layers)
+            except ValueError as exc:
+                raise HeadError(f"head {head.id}: {exc}") from None
             if tuple(self.cached_prefix()) != self.prompt.prefix_ids:
                 raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
         self.head = head
@@ -222,14 +223,15 @@ class Engine:
     def features(
         self,
         texts: Sequence[str],
-        recipe: feats.Recipe | None = None,
+        recipe: Recipe | None = None,
         progress: Callable[[int], None] | None = None,
         *,
         on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[torch.Tensor, list[BatchStats]]:
-        """(tickets, hidden) float32 features a head reads, in input order: the packed, prefix-cached pass
-        without the label tree, stopped at the recipe's layer. ``progress(n)`` after each pass."""
-        recipe = recipe or (self.head.recipe if self.head else feats.Recipe.default(self.n_layers))
+        """(tickets, features) float32 features a head reads, in input order: the packed, prefix-cached pass
+        without the label tree, stopped at the recipe's deepest layer. ``progress(n)`` after each pass;
+        no ``recipe``: the head's, else the one a head is trained with (:func:`.training.recipe_for`)."""
+        recipe = recipe or (self.head.recipe if self.head else recipe_for(self))
         suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
         after = len(self.prompt.after_ids)
 
@@ -239,28 +241,29 @@ class Engine:
                 progress(plan.items)
             return out
 
-        width = int(self.loaded.model.config.hidden_size)
+        width = recipe.width(int(self.loaded.model.config.hidden_size))
         return self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
 
     def features_many(
         self,
         texts: Sequence[str],
-        recipes: Sequence[feats.Recipe],
+        recipes: Sequence[Recipe],
         *,
         on_pass: Callable[[BatchStats], None] | None = None,
     ) -> tuple[list[torch.Tensor], list[BatchStats]]:
-        """Per recipe, (tickets, hidden) float32 features in input order, all from one packed,
-        prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.questions`)."""
+        """Per recipe, (tickets, features) float32 features in input order, all from one packed,
+        prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.features`)."""
         unique = list(dict.fromkeys(recipes))
         suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
         after = len(self.prompt.after_ids)
 
         def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
-            return torch.cat(qs.extract_many(self.scorer, sfx, plan, unique, after), dim=1)
+            return torch.cat(feats.extract_many(self.scorer, sfx, plan, unique, after), dim=1)
 
-        width = int(self.loaded.model.config.hidden_size)
-        x, stats = self._passes(suffixes, [len(s) for s in suffixes], width * len(unique), run, on_pass)
-        parts = x.split(width, dim=1)
+        hidden = int(self.loaded.model.config.hidden_size)
+        widths = [r.width(hidden) for r in unique]
+        x, stats = self._passes(suffixes, [len(s) for s in suffixes], sum(widths), run, on_pass)
+        parts = x.split(widths, dim=1)
         return [parts[unique.index(r)] for r in recipes], stats
 
     def _passes(

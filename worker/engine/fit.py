@@ -15,6 +15,7 @@ import torch
 
 L2_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 FOLDS = 5
+NOISE = 1e-4  # a feature's spread at most this much of its size (+1) is rounding noise: no weight
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,13 @@ def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[tor
 
 
 def _standardize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature mean and spread. A feature whose spread is rounding noise on its size (a ``max``
+    pooling that every ticket takes at a token they all share) is constant: scaled to unit spread, its
+    noise would get a weight of up to 1/std, and the head's scores would turn on float32 rounding (the
+    packed pass and the reference differ there). Its spread is infinite, so it gets no weight."""
     mean = x.mean(0)
-    std = x.std(0, unbiased=False).clamp(min=1e-6)
-    return mean, std
+    std = x.std(0, unbiased=False)
+    return mean, std.masked_fill(std <= NOISE * (mean.abs() + 1), float("inf"))
 
 
 def _train(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ import torch
 
 from producer.learning import HEAD_META_KEY, head_metadata
 
-from .features import Recipe
+from .recipe import Recipe
 
 FORMAT = "ticketq-head/1"
 
@@ -40,7 +40,7 @@ class Identity:
     model_digest: str  # the weights' digest: the name alone would accept a fine-tuned copy
     prompt_digest: str
     labels: tuple[str, ...]
-    hidden_size: int
+    hidden_size: int  # the model's: a head reads one such state per recipe part
 
 
 def digest(*parts: Any) -> str:
@@ -51,7 +51,7 @@ def digest(*parts: Any) -> str:
 @dataclass(eq=False)
 class Head:
     labels: tuple[str, ...]
-    weight: torch.Tensor  # (labels, hidden) float32, applies to raw features
+    weight: torch.Tensor  # (labels, features) float32, applies to raw features (hidden size * parts)
     bias: torch.Tensor  # (labels,) float32
     recipe: Recipe
     model: str
@@ -200,9 +200,10 @@ class Head:
                 f"head {self.id} was trained on model {self.model} (weights {self.model_digest[:12]}), "
                 f"not the loaded {identity.model} (weights {identity.model_digest[:12]}); retrain it"
             )
-        if self.hidden_size != identity.hidden_size:
+        if self.hidden_size != self.recipe.width(identity.hidden_size):
             raise HeadError(
-                f"head {self.id} reads {self.hidden_size} features, the model has {identity.hidden_size}"
+                f"head {self.id} reads {self.hidden_size} features; recipe {self.recipe} on this model "
+                f"gives {self.recipe.width(identity.hidden_size)} (hidden size {identity.hidden_size})"
             )
         if self.labels != tuple(identity.labels):
             raise HeadError(

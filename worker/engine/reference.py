@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .prompt import Prompt, render
+from .recipe import LAST, MAX, Recipe
 from .task import CONTENT_FREE, Task
 
 
@@ -66,19 +67,26 @@ class ReferenceScorer:
         return scores
 
     @torch.inference_mode()
-    def features_one(self, text: str, layer: int, pool: str) -> torch.Tensor:
+    def features_one(self, text: str, recipe: Recipe) -> torch.Tensor:
         """A head's features the plain way: the whole prompt as one string, the full model run with every
-        hidden state kept, then the ticket's tokens averaged (``mean``) or the last position (``last``)."""
+        hidden state kept, then per part of the recipe, in its order, the ticket's tokens averaged
+        (``mean``) or maximized (``max``), or the last position (``last``), side by side."""
         whole = render(self.tokenizer, self.task, self.truncated(text))
         ids: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
         out = self.body(input_ids=torch.tensor([ids], device=self.device), output_hidden_states=True)
-        hidden = out.hidden_states[layer][0].float()
-        if pool == "last":
-            return hidden[-1].cpu()
         start, end = len(self.prompt.prefix_ids), len(ids) - len(self.prompt.after_ids)
-        if end <= start:  # an empty ticket: the engine averages its hand-over tokens
+        if end <= start:  # an empty ticket: the engine pools its hand-over tokens
             end = len(ids)
-        return hidden[start:end].mean(0).cpu()
+        parts = []
+        for part in recipe.parts:
+            hidden = out.hidden_states[part.layer][0].float()
+            if part.pool == LAST:
+                parts.append(hidden[-1])
+            elif part.pool == MAX:
+                parts.append(hidden[start:end].amax(0))
+            else:
+                parts.append(hidden[start:end].mean(0))
+        return torch.cat(parts).cpu()
 
     def score(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.score_one(t) for t in texts]

@@ -3,7 +3,9 @@
 A task asks one question of every ticket, its primary one (``labels``; what a result's ``label`` answers),
 and may ask more: each ``[questions.NAME]`` table has its own ``labels`` and a trained head (``head`` or
 ``head_data``) that reads the same forward pass (docs/head.md, "Several questions"). A route names a
-primary label, or ``NAME:label`` for a question's.
+primary label, or ``NAME:label`` for a question's. ``recipe`` (at the top or in a question's table) says
+which hidden states that question's heads are trained on (``head_data``, and ``train``'s default); a head
+file carries its own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from .recipe import Recipe
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,6 +60,7 @@ class Question:
     labels: tuple[str, ...]
     head: str | None = None  # a head file (absolute once loaded)
     head_data: str | None = None  # labelled tickets (id,text,label) to train its head from, cached
+    recipe: Recipe | None = None  # the features its heads are trained on; None: Recipe.default
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
@@ -91,6 +96,7 @@ class Task:
     review_below: float | None = None
     auto_accuracy: float | None = None
     questions: tuple[Question, ...] = ()  # further questions, each answered by a head of its own
+    recipe: Recipe | None = None  # the features the primary's heads are trained on; None: Recipe.default
 
     def __post_init__(self) -> None:
         check_labels(self.labels, "a task")
@@ -158,6 +164,7 @@ class Task:
                 review_below=_probability(data, "review_below"),
                 auto_accuracy=_probability(data, "auto_accuracy"),
                 questions=_questions(data.get("questions", {})),
+                recipe=_recipe(data.get("recipe"), ""),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -172,6 +179,20 @@ def _probability(data: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
+def _recipe(value: Any, where: str) -> Recipe | None:
+    """A ``recipe = "8:mean,12:max"`` key; ``where`` prefixes its errors (``"question 'intent': "``)."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):  # recipe = 10: layer 10, mean-pooled
+        value = str(value)
+    if not isinstance(value, str):
+        raise TaskError(f'{where}recipe must be text like "8:mean,12:max", got {value!r}')
+    try:
+        return Recipe.parse(value)
+    except ValueError as exc:
+        raise TaskError(f"{where}{exc}") from None
+
+
 def _questions(table: Any) -> tuple[Question, ...]:
     if not isinstance(table, dict):
         raise TaskError("questions: a table of [questions.NAME] tables")
@@ -179,12 +200,13 @@ def _questions(table: Any) -> tuple[Question, ...]:
     for name, q in table.items():
         if not isinstance(q, dict) or "labels" not in q:
             raise TaskError(f"question {name!r}: a table with labels (and head or head_data)")
-        unknown = sorted(set(q) - {"labels", "head", "head_data"})
+        unknown = sorted(set(q) - {"labels", "head", "head_data", "recipe"})
         if unknown:
-            raise TaskError(f"question {name!r}: unknown keys {unknown}; use labels, head, head_data")
+            raise TaskError(f"question {name!r}: unknown keys {unknown}; use labels, head, head_data, recipe")
         if not isinstance(q["labels"], list):
             raise TaskError(f"question {name!r}: labels must be a list")
-        out.append(Question(name, tuple(q["labels"]), q.get("head"), q.get("head_data")))
+        recipe = _recipe(q.get("recipe"), f"question {name!r}: ")
+        out.append(Question(name, tuple(q["labels"]), q.get("head"), q.get("head_data"), recipe))
     return tuple(out)
 
 

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 import torch
 
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .features import Recipe
 from .fit import fit
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
+from .recipe import Recipe
 from .task import Task
 from .types import BatchStats
 
@@ -94,7 +94,8 @@ def train_head(
     a head row that never wins (and ``training["missing"]`` names it). ``corrected`` maps the rows that are
     people's corrections to the label the worker had given (None: unknown); the head then records how
     often those labels were right before (the worker's) and after (the new head, out of fold). ``features``:
-    the texts' features at ``recipe``, when the caller has them already (the publish gate reuses them).
+    the texts' features at ``recipe`` (default :func:`recipe_for`), when the caller has them already (the
+    publish gate reuses them).
 
     The temperature is fitted on the out-of-fold logits (tickets each fold did not train on), so the
     head's scores are calibrated probabilities; ``training["calibration"]`` records the out-of-fold ECE
@@ -106,7 +107,7 @@ def train_head(
         raise TrainingError(f"{len(texts)} texts but {len(labels)} labels")
     task_labels = list(engine.task.labels)
     check_training_labels(labels, task_labels)
-    recipe = recipe or Recipe.default(engine.n_layers)
+    recipe = recipe_for(engine, recipe)
     done = 0
 
     def step(n: int) -> None:
@@ -215,6 +216,18 @@ def _version() -> str:
         return "unknown"
 
 
+def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
+    """The recipe a head for ``engine`` is trained with: ``given`` (``train --recipe``), else its task's
+    (``recipe`` in the task file or the question's table), else :meth:`Recipe.default`. TrainingError
+    (one line) when the model lacks a layer it reads."""
+    recipe = given or engine.task.recipe or Recipe.default(engine.n_layers)
+    try:
+        recipe.check(engine.n_layers)
+    except ValueError as exc:
+        raise TrainingError(str(exc)) from None
+    return recipe
+
+
 def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | None = None) -> Head | None:
     """The head an engine should decide with, checked against it (raises HeadError).
 
@@ -243,7 +256,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
 
     raw = Path(data).read_bytes()
     ident = engine.identity
-    recipe = Recipe.default(engine.n_layers)
+    recipe = recipe_for(engine)
     key = digest(
         ident.model_digest,
         ident.prompt_digest,

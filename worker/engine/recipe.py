@@ -1,0 +1,119 @@
+"""Which hidden states a head reads: a recipe of one or more parts, each a layer and a pooling.
+
+A head reads one vector per ticket: the concatenation, in the recipe's order, of its parts' features.
+A part is the hidden state after ``layer`` decoder layers (the model's last: its final, normalized state)
+pooled over the ticket's own tokens (``mean``: their average; ``max``: their elementwise maximum) or taken
+at the prompt's last position, the one that predicts the label (``last``). The pass that computes them
+stops after the deepest layer any part reads (:mod:`.features`).
+
+Three forms of the same recipe: the object; the text a flag or a task file gives (``"8:mean,12:max"``,
+``"10"`` = ``"10:mean"``); the dict a head file stores. A one-part recipe keeps the dict form heads were
+written with before recipes had parts (``{"layer": 10, "pool": "mean"}``), so their files load and their
+ids, which digest that dict, stay the same; several parts: ``{"parts": [[8, "mean"], [12, "max"]]}``.
+
+No torch here: the task file (read before any model loads) and the flags parse recipes too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+MEAN = "mean"
+MAX = "max"
+LAST = "last"
+POOLS = (MEAN, MAX, LAST)
+
+
+class Part(NamedTuple):
+    layer: int  # after this many decoder layers
+    pool: str  # MEAN, MAX or LAST
+
+    def __str__(self) -> str:
+        return f"{self.layer}:{self.pool}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The parts a head's features are made of, in order (ValueError, one line, if invalid)."""
+
+    parts: tuple[Part, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.parts, tuple):
+            raise ValueError(f"a recipe's parts are a tuple of (layer, pooling), got {self.parts!r}")
+        if not self.parts:
+            raise ValueError("a recipe needs at least one part (LAYER:POOL)")
+        parts = []
+        for part in self.parts:
+            if not isinstance(part, tuple) or len(part) != 2:
+                raise ValueError(f"a recipe part is a layer and a pooling, got {part!r}")
+            layer, pool = part
+            if isinstance(layer, bool) or not isinstance(layer, int) or layer < 1:
+                raise ValueError(f"a feature layer is a whole number of at least 1, got {layer!r}")
+            if pool not in POOLS:
+                raise ValueError(f"unknown pooling {pool!r}; use {', '.join(POOLS)}")
+            parts.append(Part(layer, pool))
+        seen = {p for p in parts if parts.count(p) > 1}
+        if seen:
+            raise ValueError(f"each part once: {', '.join(sorted(map(str, seen)))} appears more than once")
+        object.__setattr__(self, "parts", tuple(parts))
+
+    @classmethod
+    def one(cls, layer: int, pool: str = MEAN) -> Recipe:
+        return cls((Part(layer, pool),))
+
+    @classmethod
+    def default(cls, n_layers: int) -> Recipe:
+        """A third of the way up, mean-pooled: layer 10 of SmolLM2-135M's 30 (measured, docs/head.md)."""
+        return cls.one(max(1, round(n_layers / 3)), MEAN)
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The distinct layers read, shallowest first; the pass stops after the last."""
+        return tuple(sorted({p.layer for p in self.parts}))
+
+    def width(self, hidden_size: int) -> int:
+        """How many features a ticket gets: one hidden state per part."""
+        return hidden_size * len(self.parts)
+
+    def check(self, n_layers: int) -> None:
+        """ValueError unless a model of ``n_layers`` decoder layers has every layer this recipe reads."""
+        if self.layers[-1] > n_layers:
+            raise ValueError(f"recipe {self} reads layer {self.layers[-1]}; the model has {n_layers}")
+
+    def __str__(self) -> str:
+        return ",".join(map(str, self.parts))
+
+    @classmethod
+    def parse(cls, text: str) -> Recipe:
+        """``"8:mean,12:mean,8:max"`` (a bare layer is mean-pooled: ``"10"`` = ``"10:mean"``)."""
+        if not isinstance(text, str):
+            raise ValueError(f"a recipe is text like '8:mean,12:max', got {text!r}")
+        parts = []
+        for item in text.split(","):
+            layer, sep, pool = item.strip().partition(":")
+            layer, pool = layer.strip(), pool.strip() if sep else MEAN
+            if not (layer.isascii() and layer.isdigit()):
+                raise ValueError(f"recipe {text!r}: {item.strip()!r} is not LAYER or LAYER:POOL")
+            parts.append(Part(int(layer), pool))
+        try:
+            return cls(tuple(parts))
+        except ValueError as exc:
+            raise ValueError(f"recipe {text!r}: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What a head file stores (and its id digests): one part in the form files had before parts."""
+        if len(self.parts) == 1:
+            return {"layer": self.parts[0].layer, "pool": self.parts[0].pool}
+        return {"parts": [[p.layer, p.pool] for p in self.parts]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Recipe:
+        """The recipe a head file records (ValueError if malformed)."""
+        if isinstance(data, dict) and set(data) == {"parts"} and isinstance(data["parts"], list):
+            parts: list[Any] = [tuple(p) if isinstance(p, list) else p for p in data["parts"]]
+            return cls(tuple(parts))  # checked there
+        if isinstance(data, dict) and "layer" in data and set(data) <= {"layer", "pool"}:
+            return cls.one(data["layer"], data.get("pool", MEAN))
+        raise ValueError(f"a recipe is {{'layer': L, 'pool': P}} or {{'parts': [[L, P], ...]}}, got {data!r}")
