@@ -152,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     corrections.set_defaults(func=cmd_corrections)
     unsure = sub.add_parser("review", help="tickets that need review, smallest margin first, as JSONL")
     config.add_arguments(unsure, ReviewOptions, env=False)
+    config.add_arguments(unsure, QuestionOptions, env=False)
     unsure.set_defaults(func=cmd_review)
     heads = sub.add_parser("heads", help="the published heads, newest first (the first is current)")
     config.add_arguments(heads, TableOptions)
@@ -267,8 +268,11 @@ def cmd_corrections(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_review(client: Client, args: argparse.Namespace) -> int:
     """One JSON object a line: id, confidence, label, top (labels with p), text, at, head. Confirm or correct
-    one with ``label ID LABEL``: that records a correction and takes it off the queue."""
-    for item in review.queue(client, limit=config.resolve(ReviewOptions, args).limit):
+    one with ``label ID LABEL``: that records a correction and takes it off the queue. ``--question NAME``:
+    the tickets whose answer to NAME needs review (``question`` in each line; label them with ``label ID
+    LABEL --question NAME``)."""
+    question = config.resolve(QuestionOptions, args).question
+    for item in review.queue(client, limit=config.resolve(ReviewOptions, args).limit, question=question):
         print(json.dumps(item.to_dict(), ensure_ascii=False))
     return 0
 

@@ -314,19 +314,15 @@ class Client:
     def label(
         self, ticket_id: str, label: str, by: str | None = None, question: str | None = None
     ) -> Correction:
-        """Record the right label of a ticket a worker has labelled (one EVAL of ``LABEL_SCRIPT``).
-        :class:`LabelError`: unknown ticket, text no longer kept, or a label its result (or answer to
-        ``question``) does not name. Labelling again replaces the correction."""
+        """Record the right label of a ticket a worker has labelled (one EVAL of ``LABEL_SCRIPT``), and take
+        it off that question's review queue. :class:`LabelError`: unknown ticket, text no longer kept, or a
+        label its result (or answer to ``question``) does not name. Labelling again replaces the
+        correction."""
         problem = label_problem(ticket_id, label, by)
         if problem:
             raise LabelError(problem)
-        keys = [
-            self.keys.results,
-            self.keys.text(ticket_id),
-            self.keys.asking(question).labels,
-            self.keys.labelset,
-            self.keys.review,
-        ]
+        asked = self.keys.asking(question)  # the question's corrections and review queue
+        keys = [self.keys.results, self.keys.text(ticket_id), asked.labels, self.keys.labelset, asked.review]
         try:
             raw = self._label(keys=keys, args=[ticket_id, label, by or "", question or ""])
         except redis.ResponseError as exc:

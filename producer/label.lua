@@ -1,7 +1,8 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
 -- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels (a further question's: P:q:<NAME>:labels),
---   4 (optional) P:labelset, 5 (optional) P:review (a labelled ticket leaves the review queue, confirmed
---   or corrected). 4 and 5 concern the primary question only.
+--   4 (optional) P:labelset (the primary question's labels: not checked for a further question),
+--   5 (optional) P:review, or the question's P:q:<NAME>:review (a ticket labelled for a question leaves
+--   that question's review queue, confirmed or corrected).
 -- ARGV: 1 ticket id, 2 label, 3 by (optional), 4 question NAME (optional: checked against answers.NAME).
 -- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset ticketq:review , T-1 billing alice
 -- The label must be one of the task's: P:labelset (written by every worker at start) when it exists, else
@@ -51,5 +52,5 @@ record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
 if by ~= '' then record.by = by end
 local out = cjson.encode(record)
 redis.call('HSET', KEYS[3], id, out)
-if question == '' and KEYS[5] then redis.call('ZREM', KEYS[5], id) end
+if KEYS[5] then redis.call('ZREM', KEYS[5], id) end
 return out

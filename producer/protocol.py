@@ -21,7 +21,8 @@ key                        type    what                                         
 ``P:inflight:<worker>``    list    raw payloads a worker has claimed and not yet acknowledged.  until acked
                                    Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
                                    expires.
-``P:heartbeat:<worker>``   string  worker info JSON; refreshed every few seconds with a TTL.    TTL
+``P:heartbeat:<worker>``   string  worker info JSON (id, host, model, ``questions``: the        TTL
+                                   task's further questions); refreshed with a TTL.
 ``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
                                                                                                 recovery
 ``P:attempts``             hash    sha1(raw payload) -> times it was claimed by a worker that    deleted on
@@ -42,6 +43,11 @@ key                        type    what                                         
 ``P:q:<NAME>:labels``      hash    as ``P:labels``, ``P:head``, ``P:heads`` and ``P:head:seq``,  as those
 ``P:q:<NAME>:head`` ...            for a task's further question NAME (``[questions.NAME]``):
                                    its corrections and its published heads, one per question.
+``P:q:<NAME>:review``      zset    as ``P:review``, for question NAME: ids whose answer          labelled
+                                   ``answers.NAME`` carries ``"review": true``, scored by that  for NAME,
+                                   answer's margin; labelling the ticket for that question      trimmed
+                                   (``label.lua`` with ARGV 4 NAME), trim or ``MAX_REVIEW``
+                                   (each question's own bound) remove ids.
 =========================  ======  ===========================================================  ==========
 
 A ticket is a JSON object (UTF-8)::
@@ -84,7 +90,7 @@ VERSION = 1
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 16_384
 DEFAULT_PREFIX = "ticketq"
-MAX_REVIEW = 10_000  # ids kept in P:review; past it the largest margins go (the smallest teach the most)
+MAX_REVIEW = 10_000  # ids kept in P:review (and each P:q:NAME:review); past it the largest margins go
 
 
 def review_margin(scores: dict[str, float]) -> float:
@@ -157,7 +163,8 @@ class Keys:
         return f"{self.prefix}:review"
 
     def asking(self, question: str | None) -> Keys:
-        """Keys whose ``labels``, ``head``, ``heads``, ``head_seq`` are ``question``'s (None: these)."""
+        """Keys whose ``labels``, ``head``, ``heads``, ``head_seq``, ``review`` are ``question``'s (None:
+        these)."""
         if question is not None and (not question or ":" in question):
             raise ValueError(f"question name {question!r}: non-empty, without ':'")
         return self if question is None else Keys(f"{self.prefix}:q:{question}")
@@ -281,8 +288,13 @@ class Result:
     # Optional: scores[label] (calibrated when the head is); review (written when true): below the threshold
     confidence: float | None = None
     review: bool = False
-    # Optional: question name -> {"label", "scores", "head"?}, the task's further questions' answers
+    # Optional: question name -> {"label", "scores", "confidence", "review"?, "head"?}, the task's further
+    # questions' answers; "review": true (written when true) below that question's threshold
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def questions_to_review(self) -> list[str]:
+        """The further questions whose answer needs review (``answers.NAME.review``), in answer order."""
+        return [q for q, a in self.answers.items() if a.get("review") is True]
 
     def to_json(self) -> str:
         out: dict[str, Any] = {

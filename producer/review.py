@@ -1,10 +1,12 @@
-"""The review queue (``P:review``), read: the tickets that need a person, smallest margin first.
+"""The review queues, read: the tickets that need a person, smallest margin first.
 
-Workers add a result's id when its confidence is below the review threshold (worker/review.py), scored
-by its margin (top probability minus the runner-up's: the order that taught a head most in
-docs/active-learning.md); labelling
-the ticket (confirmed or corrected, :meth:`producer.client.Client.label`) takes it off. The dashboard's
-"Needs review" page and ``ticketq-producer review`` read it through here. No torch.
+Workers add a result's id to ``P:review`` when its confidence is below the review threshold
+(worker/review.py), scored by its margin (top probability minus the runner-up's: the order that taught
+a head most in docs/active-learning.md); labelling the ticket (confirmed or corrected,
+:meth:`producer.client.Client.label`) takes it off. A further question NAME has its own queue,
+``P:q:NAME:review``, of the tickets whose answer to it needs review; labelling the ticket for that
+question takes it off. The dashboard's "Needs review" page and ``ticketq-producer review [--question
+NAME]`` read them through here. No torch.
 """
 
 from __future__ import annotations
@@ -19,46 +21,76 @@ from producer.protocol import Result
 
 @dataclass(frozen=True)
 class ReviewItem:
-    """One ticket of ``P:review``: its id, the margin it is queued by, its result and its kept text
-    (None when trimmed or expired: it can then no longer be labelled)."""
+    """One ticket of a review queue: its id, the margin it is queued by, its result and its kept text
+    (None when trimmed or expired: it can then no longer be labelled). ``question``: the further question
+    whose queue it is in (None: the primary's, ``P:review``); label, scores and confidence are then that
+    question's answer's."""
 
     id: str
     margin: float
     result: Result | None
     text: str | None
+    question: str | None = None
+
+    @property
+    def answer(self) -> dict[str, Any] | None:
+        """What the result says of the question: the primary's label and scores, or ``answers.NAME``
+        (None: the result is gone, or it has no answer to the question)."""
+        r = self.result
+        if r is None:
+            return None
+        if self.question is None:
+            return {"label": r.label, "scores": r.scores, "confidence": r.confidence, "head": r.head}
+        return r.answers.get(self.question)
+
+    @property
+    def label(self) -> str | None:
+        a = self.answer
+        return None if a is None else str(a.get("label"))
 
     @property
     def confidence(self) -> float | None:
         """The probability of its label, as the result says (None: the result is gone)."""
-        return self.result.confidence if self.result else None
+        a = self.answer
+        value = None if a is None else a.get("confidence")
+        return float(value) if isinstance(value, int | float) else None
 
     def top(self, n: int = 3) -> list[tuple[str, float]]:
         """The ``n`` most probable labels and their probabilities."""
-        scores = self.result.scores if self.result else {}
+        a = self.answer
+        scores = (a.get("scores") if a else None) or {}
         return sorted(scores.items(), key=lambda kv: -kv[1])[:n]
 
+    def labels(self) -> list[str]:
+        """Every label its question offers, as its scores name them (for a correction)."""
+        a = self.answer
+        return sorted((a.get("scores") if a else None) or {})
+
     def to_dict(self) -> dict[str, Any]:
-        r = self.result
+        r, a = self.result, self.answer
         return {
             "id": self.id,
+            **({"question": self.question} if self.question is not None else {}),
             "margin": round(self.margin, 4),
             "confidence": None if self.confidence is None else round(self.confidence, 4),
-            "label": r.label if r else None,
+            "label": self.label,
             "top": [{"label": k, "p": round(v, 4)} for k, v in self.top()],
             "text": self.text,
             "at": r.at if r else None,
-            "head": r.head if r else None,
+            "head": a.get("head") if a else None,
         }
 
 
-def queue(client: Client, limit: int = 100, offset: int = 0) -> list[ReviewItem]:
-    """Tickets that need a person, smallest margin first, with their result and text."""
+def queue(client: Client, limit: int = 100, offset: int = 0, question: str | None = None) -> list[ReviewItem]:
+    """Tickets that need a person on ``question`` (None: the primary), smallest margin first, with their
+    result and text."""
     r, keys = client.redis, client.keys
-    ids = [_str(i) for i in r.zrange(keys.review, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
+    key = keys.asking(question).review
+    ids = [_str(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
     if not ids:
         return []
     with r.pipeline(transaction=False) as pipe:
-        pipe.zmscore(keys.review, ids)
+        pipe.zmscore(key, ids)
         pipe.hmget(keys.results, ids)
         pipe.mget([keys.text(i) for i in ids])
         scores, results, texts = pipe.execute()
@@ -68,14 +100,18 @@ def queue(client: Client, limit: int = 100, offset: int = 0) -> list[ReviewItem]
             result = None if raw is None else Result.from_json(raw)
         except (ValueError, KeyError, TypeError):
             result = None
-        out.append(ReviewItem(tid, float(score or 0.0), result, None if text is None else _str(text)))
+        kept = None if text is None else _str(text)
+        out.append(ReviewItem(tid, float(score or 0.0), result, kept, question))
     return out
 
 
-def summary(client: Client, now: float | None = None) -> tuple[int, float | None]:
-    """(tickets waiting for review, age in seconds of the oldest result among them, or None)."""
+def summary(
+    client: Client, now: float | None = None, question: str | None = None
+) -> tuple[int, float | None]:
+    """(tickets waiting for review on ``question``, age in seconds of the oldest result among them, or
+    None)."""
     r, keys = client.redis, client.keys
-    ids = [_str(i) for i in r.zrange(keys.review, 0, -1)]  # type: ignore[arg-type]
+    ids = [_str(i) for i in r.zrange(keys.asking(question).review, 0, -1)]  # type: ignore[arg-type]
     if not ids:
         return 0, None
     times = [t for t in r.zmscore(keys.done, ids) if t is not None]

@@ -8,11 +8,12 @@ as dead letters, in one transaction (:meth:`worker.queue.RedisQueue.ack`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from producer.protocol import DeadLetter, Result, Ticket
+from worker.review import Threshold
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
     from worker.engine.types import BatchStats, Prediction
@@ -63,9 +64,19 @@ class Rejected:
     letter: DeadLetter
 
 
-def answers_of(prediction: Any) -> dict[str, dict[str, Any]]:
-    """A prediction's further answers as the result carries them (a test double may have none)."""
+def answers_of(prediction: Any, review: Mapping[str, Threshold] | None = None) -> dict[str, dict[str, Any]]:
+    """A prediction's further answers as the result carries them (a test double may have none): label,
+    scores, ``confidence`` (the label's probability) and head; ``"review": true`` when the confidence is
+    below that question's threshold in ``review``."""
     out: dict[str, dict[str, Any]] = {}
     for name, a in (getattr(prediction, "answers", None) or {}).items():
-        out[name] = {"label": a.label, "scores": dict(a.scores), **({"head": a.head} if a.head else {})}
+        scores = dict(a.scores)
+        entry: dict[str, Any] = {"label": a.label, "scores": scores}
+        confidence = scores.get(a.label)
+        if confidence is not None:
+            entry["confidence"] = round(confidence, 4)
+            threshold = (review or {}).get(name)
+            if threshold is not None and threshold.needs_review(confidence):
+                entry["review"] = True
+        out[name] = entry | ({"head": a.head} if a.head else {})
     return out

@@ -6,12 +6,20 @@ banking queries mapped onto billing / technical / account; CC BY 4.0, see worker
 
     ticketq-worker eval
     ticketq-worker eval --tickets mine.csv --task my_task.toml --json eval.json
+
+Besides accuracy, the calibration of the results' own probabilities (ECE, risk-coverage). When zero-shot
+label scoring decides, it also fits the task's ``zero_shot_temperature`` on these tickets and prints the
+line to put in the task TOML, with the ECE before and after (and cross-fitted, so the gain is not
+flattered by fitting on the tickets it is measured on); with ``--auto-accuracy`` (or the task's
+``auto_accuracy``) the ``review_below`` that reaches that accuracy here at that temperature (zero-shot
+has no head to store it in).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -25,8 +33,9 @@ from producer.config import at_least, group, option
 from producer.exitcodes import Exit
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.calibration import BINS, ece, format_report, risk_coverage
+from worker.engine.calibration import BINS, TemperatureCheck, ece, format_report, risk_coverage
 from worker.engine.options import EngineOptions
+from worker.review import AccuracyOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
 CHUNK = 256  # tickets per engine call: the service's default drain
@@ -39,6 +48,7 @@ class EvalOptions:
     )
     limit: int | None = option(None, help="only the first N tickets", shown="all", check=at_least(1))
     json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
+    accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
@@ -119,7 +129,7 @@ def run(ns: argparse.Namespace) -> int:
             print(f"ticketq-worker eval: question {question!r} has no head", file=sys.stderr)
             return Exit.CONFIG
     truth = [it.label or "" for it in items]
-    predicted, seconds, confidence = _classify(engine, items)
+    predicted, seconds, confidence, logprobs = _classify(engine, items)
     scores = score(labels, truth, predicted)
     correct = [p == t for p, t in zip(predicted, truth, strict=True)]
     info = engine.describe()
@@ -129,17 +139,102 @@ def run(ns: argparse.Namespace) -> int:
     ):  # the same tickets without the head, for the side-by-side line
         head = engine.head
         engine.use_head(None)
-        zs_predicted, zs_seconds, _ = _classify(engine, items)
+        zs_predicted, zs_seconds, _, _ = _classify(engine, items)
         engine.use_head(head)
         zero_shot = (score(labels, truth, zs_predicted), zs_seconds)
     print(table(scores, info, args.tickets, seconds, zero_shot))
     method = "head" if engine.head is not None else "zero-shot"
     print("\n".join(["", *format_report(confidence, correct, f"{method} scores")]))
+    fitted = None
+    if engine.head is None:  # zero-shot decides: fit the task's zero_shot_temperature on these tickets
+        wanted = args.accuracy.auto_accuracy
+        wanted = task.auto_accuracy if wanted is None else wanted
+        fitted = fit_zero_shot(engine, logprobs, [labels.index(t) for t in truth], wanted)
+        print("\n".join(["", *fitted.lines()]))
     if args.json:
         out = to_json(scores, info, args.tickets, seconds, zero_shot)
         out["calibration"] = calibration_json(confidence, correct)
+        if fitted is not None:
+            out["calibration"]["zero_shot_temperature"] = fitted.to_dict()
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     return 0
+
+
+@dataclass(frozen=True)
+class ZeroShotFit:
+    """The zero-shot temperature fitted on an eval file, and the review threshold at it."""
+
+    check: TemperatureCheck
+    auto_accuracy: float | None = None
+    review_below: float | None = None  # None with auto_accuracy: unreachable on these tickets
+    coverage: float | None = None  # the share of tickets at or above review_below
+
+    def lines(self) -> list[str]:
+        c = self.check
+        out = [
+            f"zero-shot temperature fitted on these tickets: {c.temperature:g} (the task's: {c.current:g}); "
+            f"ECE {c.ece_current:.2%} at the task's -> {c.ece_fitted:.2%} at {c.temperature:g} "
+            f"({c.ece_cross:.2%} cross-fitted: each of {c.folds} folds scored at a temperature fitted "
+            "on the others)",
+            "put in the task TOML (scores only: no label changes, heads still fit):",
+            f"  zero_shot_temperature = {c.temperature:g}",
+        ]
+        if self.auto_accuracy is None:
+            return out
+        if self.review_below is None:
+            return [
+                *out,
+                f"auto_accuracy {self.auto_accuracy:.1%}: no threshold reaches it on these tickets; "
+                "zero-shot cannot route any share of them automatically at that accuracy",
+            ]
+        return [
+            *out,
+            f"auto_accuracy {self.auto_accuracy:.1%}: review below confidence {self.review_below:g} at "
+            f"that temperature keeps {self.coverage:.1%} of these tickets auto-routed; zero-shot has no "
+            "head to store it in, so put it in the task TOML instead of auto_accuracy:",
+            f"  review_below = {self.review_below:g}",
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "fitted": c.temperature,
+            "task": c.current,
+            "ece_task": round(c.ece_current, 4),
+            "ece_fitted": round(c.ece_fitted, 4),
+            "ece_cross_fitted": round(c.ece_cross, 4),
+            "folds": c.folds,
+            "auto_accuracy": self.auto_accuracy,
+            "review_below": self.review_below,
+            "expected_coverage": None if self.coverage is None else round(self.coverage, 4),
+        }
+
+
+def fit_zero_shot(
+    engine: Any, logprobs: Sequence[Sequence[float]], y: Sequence[int], auto_accuracy: float | None
+) -> ZeroShotFit:
+    """Fit ``zero_shot_temperature`` on the logits zero-shot decides on (the labels' log-probabilities
+    minus the task's content-free prior), and with ``auto_accuracy`` the lowest ``review_below`` whose
+    auto-routed tickets reach it at that temperature. The threshold is a ticket's own confidence rounded
+    down to 6 places (results' scores carry 6), so a result of that confidence stays auto-routed; the
+    coverage is counted at the rounded value."""
+    import torch
+
+    from worker.engine.calibration import check_temperature, confidences, threshold_for_accuracy
+
+    logits = torch.tensor([list(row) for row in logprobs], dtype=torch.float64)
+    if engine.prior is not None:
+        logits = logits - engine.prior.to(torch.float64)
+    check = check_temperature(logits, y, current=engine.task.zero_shot_temperature)
+    if auto_accuracy is None:
+        return ZeroShotFit(check)
+    conf = confidences(logits, check.temperature)
+    correct = (logits.argmax(1) == torch.tensor(list(y))).tolist()
+    threshold, _ = threshold_for_accuracy(conf, correct, auto_accuracy)
+    if threshold is None:
+        return ZeroShotFit(check, auto_accuracy)
+    below = math.floor(threshold * 1e6) / 1e6
+    return ZeroShotFit(check, auto_accuracy, below, sum(c >= below for c in conf) / len(conf))
 
 
 def load_engine(command: str, options: EngineOptions, *, questions: bool = True) -> Any:
@@ -196,21 +291,25 @@ def calibration_json(confidence: Sequence[float], correct: Sequence[bool]) -> di
     }
 
 
-def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float, list[float]]:
+def _classify(engine: Any, items: Sequence[Item]) -> tuple[list[str], float, list[float], list[list[float]]]:
+    """Labels, seconds, each label's probability, and each ticket's log-probabilities (the engine's
+    labels' order): what accuracy, the rate, calibration and a temperature fit need."""
     from tqdm import tqdm
 
     engine.classify([items[0].text])  # warm-up: the first call builds kernels; not part of the rate
     predicted: list[str] = []
     confidence: list[float] = []
+    logprobs: list[list[float]] = []
     with tqdm(total=len(items), unit="ticket", disable=not sys.stderr.isatty(), leave=False) as bar:
         start = time.perf_counter()
         for lo in range(0, len(items), CHUNK):
             preds, _ = engine.classify([it.text for it in items[lo : lo + CHUNK]])
             predicted += [p.label for p in preds]
             confidence += [min(1.0, p.scores[p.label]) for p in preds]
+            logprobs += [[p.logprobs[lab] for lab in engine.labels] for p in preds]
             bar.update(len(preds))
         seconds = time.perf_counter() - start
-    return predicted, seconds, confidence
+    return predicted, seconds, confidence, logprobs
 
 
 def table(

@@ -223,7 +223,8 @@ def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, 
     if task.head:
         return Head.load(task.head), "the task's head file", False
     if task.head_data:
-        return cached_head(engine, task.head_data), "the task's head (head_data)", True
+        head = cached_head(engine, task.head_data, auto_accuracy=task.auto_accuracy)  # the workers' own
+        return head, "the task's head (head_data)", True
     return None
 
 

@@ -56,6 +56,19 @@ class Metrics:
             "ticketq_review_threshold", "Confidence below which results need review (-1: none)", registry=reg
         )
         self.review_threshold.set(-1)
+        self.question_review = Counter(
+            "ticketq_question_review",
+            "Answers to a task's further questions, by question and whether they were marked for review "
+            "(below that question's threshold) or decided automatically",
+            ["question", "decision"],
+            registry=reg,
+        )
+        self.question_review_threshold = Gauge(
+            "ticketq_question_review_threshold",
+            "Confidence below which a further question's answers need review (-1: none)",
+            ["question"],
+            registry=reg,
+        )
         self.redelivered = Counter(
             "ticketq_redelivered", "Payloads seen again after their result was written", registry=reg
         )
@@ -131,10 +144,13 @@ class Metrics:
             self.question_head.labels(question).info(info)
 
     def observe_answers(self, answers: Iterable[Mapping[str, Mapping[str, Any]]]) -> None:
-        """Each fresh result's answers (``Result.answers``): counted by question and label."""
+        """Each fresh result's answers (``Result.answers``): counted by question and label, and by
+        whether they need review."""
         for per_question in answers:
             for question, answer in per_question.items():
                 self.answers.labels(question, str(answer.get("label"))).inc()
+                decision = "review" if answer.get("review") is True else "auto"
+                self.question_review.labels(question, decision).inc()
 
     def observe_pass(self, seconds: float, real_tokens: int, padded_tokens: int) -> None:
         self.pass_seconds.observe(seconds)

@@ -10,12 +10,16 @@ from __future__ import annotations
 import importlib.metadata
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 
 from worker.engine.options import is_no_head
 from worker.errors import ConfigError
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.engine.task import Task
 
 # What the model loader accepts besides files: a hub id, "name" or "org/name".
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -31,19 +35,26 @@ def check(settings: Settings) -> tuple[str, ...]:
         redis.connection.parse_url(settings.redis_url)
     except ValueError as exc:
         raise ConfigError(f"redis-url: {exc}") from None
-    from worker.engine.task import REVIEW_ROUTE  # tomllib only, no torch
+    from worker.engine.task import TaskError  # tomllib only, no torch
 
-    labels = _labels(settings)
-    unknown = [label for label, _ in settings.routes if label not in labels and label != REVIEW_ROUTE]
+    task = _task(settings)
+    unknown = []
+    for route, _ in settings.routes:  # by the task's own rule: a label, NAME:label, review, NAME:review
+        try:
+            task.check_route(route)
+        except TaskError as exc:
+            if "ambiguous" in str(exc):  # a review route where "review" is also a label
+                raise ConfigError(f"route: {exc}") from None
+            unknown.append(route)
     if unknown:
         raise ConfigError(
-            f"route: unknown label(s) {', '.join(unknown)}; labels are {', '.join(labels)} "
-            f"(and {REVIEW_ROUTE!r}, for tickets that need review)"
+            f"route: unknown label(s) {', '.join(unknown)}; labels are {', '.join(task.labels)} "
+            "(a further question's: NAME:label; tickets that need review: review, NAME:review)"
         )
-    return labels
+    return task.labels
 
 
-def _labels(settings: Settings) -> tuple[str, ...]:
+def _task(settings: Settings) -> Task:
     engine = settings.engine
     _check_model(engine.model)
     head = engine.head
@@ -57,7 +68,7 @@ def _labels(settings: Settings) -> tuple[str, ...]:
         raise ConfigError(f"task: {exc}") from None
     if settings.cluster and task.routes:
         raise ConfigError("task: its routes need RQ, which needs a plain Redis, not --cluster")
-    return task.labels
+    return task
 
 
 def _check_model(spec: str) -> None:

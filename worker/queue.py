@@ -84,6 +84,7 @@ class RedisQueue:
         keep_results_s: float = 0.0,
         max_dead: int = 0,
         keep_text_s: int = 0,
+        questions: Sequence[str] = (),
     ) -> None:
         self.redis = client
         self.keys = keys
@@ -94,6 +95,9 @@ class RedisQueue:
         self.max_dead = max_dead  # 0: every dead letter is kept
         self.keep_text_s = keep_text_s  # > 0: keep each labelled ticket's text (P:text:<id>) this long
         self.inflight = keys.inflight(worker_id)
+        # further questions whose review queues (P:q:NAME:review) the trim keeps in step with the results:
+        # the task's (``questions``) and any an ack has queued ids for
+        self.questions: dict[str, None] = dict.fromkeys(questions)
         # the scripts live beside this module: worker/claim.lua, recover.lua, requeue_own.lua, trim.lua
         self._claim = scripts.load(client, "worker", "claim.lua")
         self._recover = scripts.load(client, "worker", "recover.lua")
@@ -278,6 +282,11 @@ class RedisQueue:
         if unsure := {f.result.id: review_margin(f.result.scores) for f in report.fresh if f.result.review}:
             pipe.zadd(self.keys.review, unsure)
             pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, -1)  # past the bound, the largest margins go
+        for question, margins in _unsure_answers(report.fresh).items():  # each question's own queue
+            self.questions.setdefault(question)
+            key = self.keys.asking(question).review
+            pipe.zadd(key, margins)
+            pipe.zremrangebyrank(key, MAX_REVIEW, -1)
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
         event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})
@@ -344,6 +353,7 @@ class RedisQueue:
             return 0
         cutoff = "" if not self.keep_results_s else repr((now or time.time()) - self.keep_results_s)
         keys = [self.keys.done, self.keys.results, self.keys.dead, self.keys.review]
+        keys += [self.keys.asking(q).review for q in self.questions]
         return int(self._trim(keys=keys, args=[cutoff, _TRIM_BATCH, self.max_dead]))
 
     def refresh_slots(self) -> None:
@@ -386,6 +396,16 @@ class RedisQueue:
             pipe.lindex(self.keys.tickets, -1)
             depth, head = pipe.execute()
         return int(depth), enqueued_at(head)
+
+
+def _unsure_answers(fresh: Sequence[Finished]) -> dict[str, dict[str, float]]:
+    """question -> {id: margin of its answer} for the answers marked ``"review": true``."""
+    out: dict[str, dict[str, float]] = {}
+    for f in fresh:
+        for question in f.result.questions_to_review():
+            scores = f.result.answers[question].get("scores") or {}
+            out.setdefault(question, {})[f.result.id] = review_margin(scores)
+    return out
 
 
 def _raw(value: bytes | str) -> bytes:

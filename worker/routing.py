@@ -16,7 +16,8 @@ A ticket whose result needs review (``"review": true``, see :mod:`worker.review`
 
 A route names a primary label (``billing``) or a further question's label (``intent:lost_card``, the
 result's ``answers.intent.label``); a ticket that matches several routes gets one job per route, each
-with an id of its own.
+with an id of its own. A question's answer that needs review (``answers.intent.review``) goes to the
+route ``intent:review`` instead of ``intent:<label>``, when one is configured, as the primary's does.
 
 RQ's own keys (``rq:*``) do not share ticketq's hash tag, so routing is for plain (non-cluster) Redis.
 """
@@ -33,7 +34,7 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from worker.engine.task import REVIEW_ROUTE
+from worker.engine.task import REVIEW_ROUTE, ROUTE_SEP, review_route
 from worker.queue import Finished
 
 
@@ -47,13 +48,17 @@ def job_id(ticket_id: str, digest: str, route: str | None = None) -> str:
 def matched(routes: Mapping[str, str], item: Finished) -> list[tuple[str, str | None, str]]:
     """(queue, question route or None, label) of every route this result matches."""
     out: list[tuple[str, str | None, str]] = []
+    result = item.result
     review = routes.get(REVIEW_ROUTE)
-    if item.result.review and review:  # a ticket that needs review goes there, not to its label's queue
+    if result.review and review:  # a ticket that needs review goes there, not to its label's queue
         out.append((review, None, REVIEW_ROUTE))
-    elif item.result.label in routes:
-        out.append((routes[item.result.label], None, item.result.label))
-    for question, answer in item.result.answers.items():
-        route = f"{question}:{answer.get('label')}"
+    elif result.label in routes:
+        out.append((routes[result.label], None, result.label))
+    unsure = set(result.questions_to_review())
+    for question, answer in result.answers.items():
+        route = review_route(question)  # the same rule per question: review first, else the label's
+        if question not in unsure or route not in routes:
+            route = f"{question}{ROUTE_SEP}{answer.get('label')}"
         if route in routes:
             out.append((routes[route], route, route))
     return out

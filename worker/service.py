@@ -98,6 +98,7 @@ class Service:
         self._next_gauges = 0.0
         self._head_seen: object = object()  # nothing seen yet: the first drain (or start) reports
         self._review_seen: Threshold | None = None
+        self._question_review_seen: dict[str, Threshold] = {}
         self._log = get_logger("worker.service")
 
     # -- control ---------------------------------------------------------------------------------------
@@ -250,6 +251,7 @@ class Service:
             on_pass=self._on_pass,
             claimed_at=time.time(),
             review=self._review_threshold(),
+            question_review=self._question_thresholds(),
         )
         for err in verdict.engine_errors:
             self._log.error("engine_error", error=err)
@@ -268,6 +270,19 @@ class Service:
             self._log.info("review_threshold", threshold=threshold.value, source=threshold.source)
             self.metrics.review_threshold.set(-1 if threshold.value is None else threshold.value)
         return threshold
+
+    def _question_thresholds(self) -> dict[str, Threshold]:
+        """Each further question's threshold (its own head may be published), logged when it changes."""
+        found = review.resolve_questions(self.classifier)
+        for question, threshold in found.items():
+            if self._question_review_seen.get(question) != threshold:
+                self._question_review_seen[question] = threshold
+                self._log.info(
+                    "review_threshold", question=question, threshold=threshold.value, source=threshold.source
+                )
+                value = -1 if threshold.value is None else threshold.value
+                self.metrics.question_review_threshold.labels(question).set(value)
+        return found
 
     def _on_pass(self, b: BatchStats) -> None:
         """Each forward pass as it ends: the watchdog hears of progress, logs and metrics show it live."""

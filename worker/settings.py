@@ -121,7 +121,8 @@ class Settings(RedisOptions):
     review_below: float | None = setting(
         None,
         help='results less confident than this need review (`"review": true`, `P:review`); overrides the '
-        "task's `review_below` and `auto_accuracy` (worker/review.py)",
+        "task's `review_below` and `auto_accuracy` for the primary question only (each `[questions.NAME]` "
+        "sets its own; worker/review.py)",
         shown="the task's",
         check=between(0, 1, "(a probability)"),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,9 +55,11 @@ def process(
     on_pass: OnPass | None = None,
     claimed_at: float | None = None,
     review: Threshold | None = None,
+    question_review: Mapping[str, Threshold] | None = None,
 ) -> Outcome:
     """``claimed_at`` (unix seconds, default now) times each result's ``queued_s`` and ``took_s``;
-    results less confident than ``review`` are marked for review."""
+    results less confident than ``review`` are marked for review, and each further question's answer
+    less confident than its threshold in ``question_review``."""
     claimed = time.time() if claimed_at is None else claimed_at
     good, bad = decode_all(payloads, worker_id)
     out = Outcome(rejected=bad)
@@ -65,7 +67,7 @@ def process(
         return out
 
     def finish(raw: bytes, ticket: Ticket, prediction: Prediction) -> Finished:
-        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, review)
+        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, review, question_review)
 
     try:
         predictions, stats = _classify(classifier, [t.text for _, t in good], on_pass)
@@ -118,6 +120,7 @@ def _finish(
     worker_id: str,
     claimed_at: float,
     review: Threshold | None = None,
+    question_review: Mapping[str, Threshold] | None = None,
 ) -> Finished:
     now = time.time()
     confidence = prediction.scores.get(prediction.label)
@@ -138,7 +141,7 @@ def _finish(
         head=getattr(prediction, "head", None),
         confidence=confidence,
         review=confidence is not None and review is not None and review.needs_review(confidence),
-        answers=answers_of(prediction),
+        answers=answers_of(prediction, question_review),
     )
     return Finished(raw, ticket, result)
 

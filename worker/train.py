@@ -44,13 +44,14 @@ from typing import Any
 import redis
 
 from producer import config
-from producer.config import Check, group, option
+from producer.config import group, option
 from producer.exitcodes import Exit, for_redis_error
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import Recipe
 from worker.evaluate import confusion_table
+from worker.review import AccuracyOptions
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,6 @@ class TrainOptions:
     tickets: str | None = option(None, help="labelled tickets: JSONL or CSV with id,text,label")
     out: str | None = option(None, help="where to write the head (a .safetensors file)")
     seed: int = option(0, help="seed of the cross-validation folds")
-    auto_accuracy: float | None = option(
-        None,
-        help="accuracy the auto-routed tickets must reach: the head stores the confidence threshold "
-        "(review_below) that keeps its out-of-fold predictions there",
-        shown="the task's auto_accuracy",
-        check=Check(lambda v: 0.0 < v <= 1.0, "must lie in (0, 1]"),
-    )
     recipe: Recipe | None = option(
         None,
         help="the hidden states the head reads: LAYER:POOL parts, comma-separated, concatenated in that "
@@ -73,6 +67,7 @@ class TrainOptions:
         metavar="SPEC",
         parse=Recipe.parse,
     )
+    accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
 
@@ -134,7 +129,10 @@ def run(ns: argparse.Namespace) -> int:
             published = redis_client.current_head(question)
         ids = [it.id for it in items]
         check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
-        auto_accuracy = args.auto_accuracy if args.auto_accuracy is not None else task.auto_accuracy
+        # the flag, else the asked question's own key ([questions.NAME] auto_accuracy, or the task's)
+        auto_accuracy = args.accuracy.auto_accuracy
+        if auto_accuracy is None:
+            auto_accuracy = task.auto_accuracy if asked is None else asked.auto_accuracy
         labels = [it.label or "" for it in items]
         if len(set(labels)) < 2:
             raise DataError(

@@ -1,9 +1,11 @@
 -- ticketq: trim, the deletion of results past their keep time and of the oldest dead letters.
--- KEYS: 1 P:done, 2 P:results, 3 P:dead, 4 P:review (a trimmed result is no longer there to review).
+-- KEYS: 1 P:done, 2 P:results, 3 P:dead, 4 P:review (a trimmed result is no longer there to review),
+--   5... P:q:<NAME>:review of each further question (optional).
 -- ARGV: 1 cutoff (unix seconds; '' keeps results), 2 most results to delete, 3 dead letters to keep (0: all).
 -- Redis 6.2 has no per-field hash TTL (HEXPIRE is 7.4), so P:done orders result ids by finish time and
 -- this deletes the oldest, a bounded number per call.
--- Atomic: a result, its P:done entry and its review entry go together. Cost: O(ARGV 2 * log n) plus the LTRIM's removals;
+-- Atomic: a result, its P:done entry and its review entries go together. Cost: O(ARGV 2 * log n) per review
+--   queue plus the LTRIM's removals;
 --   the worker calls it with 1000, well under a millisecond per call. Returns results deleted.
 local n = 0
 if ARGV[1] ~= '' then
@@ -12,7 +14,7 @@ if ARGV[1] ~= '' then
   if n > 0 then
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('ZREM', KEYS[1], unpack(ids))
-    redis.call('ZREM', KEYS[4], unpack(ids))
+    for k = 4, #KEYS do redis.call('ZREM', KEYS[k], unpack(ids)) end
   end
 end
 local keep = tonumber(ARGV[3])

@@ -59,6 +59,8 @@ def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None
     metrics = metrics or Metrics()
     keys = Keys(cluster_prefix(settings.prefix) if settings.cluster else settings.prefix)
     client = connect(settings.redis_url, socket_timeout=SOCKET_TIMEOUT_S, cluster=settings.cluster)
+    classifier = loaded.classifier
+    questions = tuple(getattr(classifier, "questions", ()) or ())  # an engine's task's; a double's: none
     queue = RedisQueue(
         client,
         keys,
@@ -67,16 +69,17 @@ def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None
         keep_results_s=settings.keep_results_s,
         max_dead=settings.max_dead,
         keep_text_s=settings.keep_text_s,
+        questions=questions,
     )
     # The heartbeat gets its own connection so a long batch or a blocked claim never delays it; it
     # beats only while the loop makes progress (the watchdog: see worker.heartbeat).
     beat_queue = RedisQueue(connect(settings.redis_url, cluster=settings.cluster), keys, settings.worker_id)
-    classifier = loaded.classifier
     heartbeat = Heartbeat(
         beat_queue,
         settings.heartbeat_s,
         settings.heartbeat_every_s,
-        {"model": classifier.name},
+        # the task's further questions: the dashboard offers their review queues
+        {"model": classifier.name, **({"questions": list(questions)} if questions else {})},
         stall_timeout_s=settings.stall_timeout,
         on_progress=metrics.progress.set,
     )

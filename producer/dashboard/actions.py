@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from producer.client import LabelError
 from producer.dashboard import data, heads
 from producer.dashboard.security import CSRF_FIELD, SESSION_COOKIE, Refused, check_origin
-from producer.dashboard.web import client_of, read_form, render, state
+from producer.dashboard.web import client_of, question_of, read_form, render, state
 
 
 async def login(request: Request) -> Response:
@@ -67,12 +67,14 @@ async def label(request: Request) -> Response:
     form = await read_form(request)
     who = st.auth.check_action(request, form.get(CSRF_FIELD))
     ticket_id, name = form.get("id", ""), form.get("label", "")
+    question = question_of(form.get("question"))  # a further question's answer (the review page's tabs)
     try:
-        await run_in_threadpool(st.client.label, ticket_id, name, by=f"dashboard:{who}")
+        await run_in_threadpool(st.client.label, ticket_id, name, by=f"dashboard:{who}", question=question)
     except LabelError as exc:
         return PlainTextResponse(str(exc), status_code=422)
     if form.get("back") == "review":  # from the review page: back to the queue, the next one on top
-        return RedirectResponse("/review", status_code=303)
+        where = "/review" + (f"?question={quote(question, safe='')}" if question else "")
+        return RedirectResponse(where, status_code=303)
     if "hx-request" not in request.headers:  # a browser without JavaScript: back to the ticket
         return RedirectResponse(f"/tickets/{quote(ticket_id, safe='')}", status_code=303)
     row = await run_in_threadpool(data.row, st.client, ticket_id)

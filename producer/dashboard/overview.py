@@ -20,6 +20,7 @@ from producer.client import Client
 from producer.dashboard.data import as_text
 from producer.protocol import Result
 
+MAX_QUESTION_CHARS = 64  # a question name's longest (worker/engine/task.py's QUESTION_NAME)
 LABEL_FETCH = 2000  # newly finished results whose labels one sample reads; the rest at the next samples
 WINDOW_S = 600.0  # the chart's and the label mix's window
 BUCKET_S = 10.0  # the chart's resolution
@@ -49,6 +50,7 @@ class Overview:
     labels_complete: bool = True  # False while the sampler is still reading the window's past labels
     review: int = 0  # tickets waiting for a person (P:review)
     review_oldest_s: float | None = None  # age of the oldest result among them (bounded: MAX_REVIEW ids)
+    questions: tuple[str, ...] = ()  # the task's further questions, as live workers' heartbeats name them
 
     @property
     def alive(self) -> int:
@@ -69,6 +71,7 @@ class Overview:
             "labels_complete": self.labels_complete,
             "review": self.review,
             "review_oldest_s": self.review_oldest_s,
+            "questions": list(self.questions),
         }
 
 
@@ -106,6 +109,9 @@ def sample(client: Client, history: History, now: float | None = None) -> Overvi
         labels_complete=history.caught_up,
         review=unsure,
         review_oldest_s=unsure_age,
+        questions=tuple(
+            sorted({q for w in stats.workers if w.alive for q in _names(w.info.get("questions"))})
+        ),
     )
     history.keep(out)
     return out
@@ -123,6 +129,13 @@ def oldest_wait(client: Client, now: float) -> float | None:
         return None
     stamp = obj.get("enqueued_at") if isinstance(obj, dict) else None
     return max(0.0, now - float(stamp)) if _is_number(stamp) else None
+
+
+def _names(value: Any) -> list[str]:
+    """A heartbeat's ``questions``, read defensively (another version, or a stranger, may write it)."""
+    if not isinstance(value, list):
+        return []
+    return [q for q in value if isinstance(q, str) and 0 < len(q) <= MAX_QUESTION_CHARS and ":" not in q]
 
 
 def _is_number(value: Any) -> TypeGuard[float]:

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from producer import review
 from producer.dashboard import data, heads, overview
 from producer.dashboard.security import Refused
-from producer.dashboard.web import render, state
+from producer.dashboard.web import question_of, render, state
 from producer.protocol import MAX_ID_CHARS
 
 MAX_PAGE = 1_000_000  # dead-letter pages: 50 million letters is past any real list
@@ -137,14 +137,33 @@ async def ticket_page(request: Request) -> Response:
 REVIEW_ROWS = 100  # the smallest margins shown at once; labelling them brings the next ones up
 
 
-async def review_page(request: Request) -> Response:
-    """The tickets that need a person, smallest margin first: confirm or correct each in one click (both
-    record a correction, which takes the ticket off the queue)."""
+def _review(request: Request) -> dict[str, Any]:
     st = state(request)
-    items = await run_in_threadpool(review.queue, st.client, REVIEW_ROWS)
-    size, oldest = await run_in_threadpool(review.summary, st.client)
-    labels = sorted({name for item in items if item.result for name in item.result.scores})
-    return render(request, "review.html", items=items, size=size, oldest=oldest, labels=labels)
+    question = question_of(request.query_params.get("question"))
+    latest = st.history.latest()
+    # the primary's queue and each further question's that live workers name (or the one asked for)
+    asked = [None, *dict.fromkeys([*(latest.questions if latest else ()), *([question] if question else [])])]
+    keys = st.client.keys
+    with st.client.redis.pipeline(transaction=False) as pipe:
+        for q in asked:
+            pipe.zcard(keys.asking(q).review)
+        sizes = pipe.execute()
+    items = review.queue(st.client, REVIEW_ROWS, question=question)
+    size, oldest = review.summary(st.client, question=question)
+    return {
+        "items": items,
+        "size": size,
+        "oldest": oldest,
+        "question": question,
+        "queues": list(zip(asked, sizes, strict=True)),
+    }
+
+
+async def review_page(request: Request) -> Response:
+    """The tickets that need a person on a question (``?question=NAME``; the primary by default), smallest
+    margin first: confirm or correct each in one click (both record a correction for that question, which
+    takes the ticket off its queue). A tab per question that live workers ask, with its queue's size."""
+    return render(request, "review.html", **await run_in_threadpool(_review, request))
 
 
 async def dead_page(request: Request) -> Response:

@@ -22,6 +22,7 @@ from starlette.templating import Jinja2Templates
 from producer.client import Client, mask_url
 from producer.dashboard import overview
 from producer.dashboard.security import CSRF_FIELD, Auth, Refused
+from producer.protocol import Keys
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
@@ -117,6 +118,20 @@ async def read_form(request: Request) -> dict[str, str]:
     except ValueError:  # not ASCII, bad percent-encoded UTF-8, too many fields
         raise Refused(400, "malformed form") from None
     return dict(pairs)
+
+
+def question_of(value: str | None) -> str | None:
+    """A ``question`` query or form value: a further question's name, or None (empty: the primary);
+    anything that cannot name one is :class:`Refused` (400), never echoed."""
+    if not value:
+        return None
+    if len(value) > overview.MAX_QUESTION_CHARS or not value.isprintable():
+        raise Refused(400, "question: a question's name, at most 64 characters")
+    try:
+        Keys().asking(value)
+    except ValueError:
+        raise Refused(400, "question: a question's name, without ':'") from None
+    return value
 
 
 def client_of(request: Request) -> str:

@@ -4,6 +4,7 @@ correction recorded, the ticket off the queue), and the queue's size and age on 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import cast
 
 import pytest
@@ -13,7 +14,7 @@ from starlette.testclient import TestClient
 
 from producer.client import Client
 from producer.dashboard.security import Auth
-from producer.protocol import Keys
+from producer.protocol import Keys, Result
 
 pytestmark = pytest.mark.redis
 
@@ -91,3 +92,60 @@ def test_results_show_the_publish_gate_of_the_head_in_use(
         html = client.get("/results").text
     assert "Publish gate, out of fold on 1510 tickets (15 corrections): accuracy 96% against 96%" in html
     assert "on the corrections 60% against 0%" in html
+
+
+def test_a_further_questions_queue_has_a_tab_and_is_labelled_for_that_question(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    """Issue 22 item 2 on the page: a tab per question live workers ask (their heartbeats name them),
+    with its queue's size; the intent tab lists the tickets whose intent answer is unsure, with that
+    answer's label and probabilities, and Confirm/Correct record an intent correction and take the
+    ticket off intent's queue only."""
+    import json
+
+    beat = {"id": "w1", "model": "fake", "host": "h", "at": 0, "questions": ["intent", "bad:name", 7]}
+    r.set(keys.heartbeat("w1"), json.dumps(beat), ex=60)
+    answer = {
+        "label": "lost_card",
+        "scores": {"lost_card": 0.55, "refund": 0.45},
+        "confidence": 0.55,
+        "review": True,
+    }
+    for tid in ("T-1", "T-2"):
+        result = Result.from_json(cast(bytes, r.hget(keys.results, tid)))
+        r.hset(keys.results, tid, replace(result, answers={"intent": answer}).to_json())
+    r.zadd(keys.asking("intent").review, {"T-1": 0.1, "T-2": 0.3})
+    r.zadd(keys.review, {"T-3": 0.4})
+    with TestClient(make_app(Auth(token=TOKEN))) as client:
+        client.post("/login", data={"token": TOKEN})
+        client.get("/")  # the sampler's first reading: it names the questions
+        primary = client.get("/review").text
+        tabs = re.findall(r'data-question="([^"]*)"[^>]*>([^<]*)<span class="of">(\d+)</span>', primary)
+        assert [(q, n) for q, _, n in tabs] == [("", "1"), ("intent", "2")]  # the odd names are left out
+        assert re.findall(r'<tr data-id="([^"]+)"', primary) == ["T-3"]
+        page = client.get("/review?question=intent")
+        assert page.status_code == 200
+        html = page.text
+        assert re.findall(r'<tr data-id="([^"]+)"', html) == ["T-1", "T-2"]
+        assert "lost_card 55%" in html and "Confirm lost_card" in html and '<option value="refund">' in html
+        assert 'name="question" value="intent"' in html and "--question intent" in html
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', html).group(1)  # type: ignore[union-attr]
+        fixed = client.post(
+            "/actions/label",
+            data={"id": "T-2", "label": "refund", "question": "intent", "back": "review", "csrf": csrf},
+            headers={"origin": str(client.base_url)},
+            follow_redirects=False,
+        )
+        assert fixed.status_code == 303 and fixed.headers["location"] == "/review?question=intent"
+        assert r.zrange(keys.asking("intent").review, 0, -1) == [b"T-1"]
+        assert r.zrange(keys.review, 0, -1) == [b"T-3"]  # the primary's queue is another matter
+        stored = Client(r, keys.prefix).correction_records("intent")
+        assert [(c.id, c.label, c.was) for c in stored] == [("T-2", "refund", "lost_card")]
+        assert client.get("/review?question=a:b").status_code == 400
+        assert client.get("/review?question=" + "x" * 65).status_code == 400
+        bad = client.post(
+            "/actions/label",
+            data={"id": "T-1", "label": "refund", "question": "a:b", "back": "review", "csrf": csrf},
+            headers={"origin": str(client.base_url)},
+        )
+        assert bad.status_code == 400 and r.zcard(keys.asking("intent").review) == 1

@@ -4,7 +4,9 @@ trimming take them off, a review route takes them from their label's queue, the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -87,3 +89,180 @@ def test_the_queue_is_bounded_and_trimmed_with_results(
     assert queued(r, keys) == ["r3", "r2"]
     assert q.trim(now=10**10) == 3
     assert r.zcard(keys.review) == 0
+
+
+def asked(i: int, confidence: float, marked: bool = True, primary: bool = False) -> tuple[bytes, Finished]:
+    """A result whose intent answer has ``confidence`` (marked for review or not); the primary is sure
+    unless ``primary``."""
+    raw, item = unsure(i, 0.4 if primary else 0.97, marked=primary)
+    scores = {"lost_card": confidence, "refund": round(1 - confidence, 6)}
+    answer = {
+        "label": "lost_card",
+        "scores": scores,
+        "confidence": confidence,
+        **({"review": True} if marked else {}),
+    }
+    return raw, Finished(raw, item.ticket, replace(item.result, answers={"intent": answer}))
+
+
+def intent_queue(r: redis.Redis, keys: Keys) -> list[str]:
+    return [m.decode() for m in cast(list[bytes], r.zrange(keys.asking("intent").review, 0, -1))]
+
+
+def test_a_questions_unsure_answers_have_a_queue_of_their_own(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Issue 22 item 2: answers.intent marked for review enter P:q:intent:review by that answer's margin,
+    apart from P:review; labelling the ticket for intent takes it off intent's queue only."""
+    ack(r, keys, [asked(1, 0.6), asked(2, 0.52, primary=True), asked(3, 0.95, marked=False), asked(4, 0.7)])
+    assert intent_queue(r, keys) == ["r2", "r1", "r4"]  # margins 0.04, 0.2, 0.4; r3 was sure
+    assert r.zscore(keys.asking("intent").review, "r2") == pytest.approx(0.04)
+    assert queued(r, keys) == ["r2"]  # the primary's own queue: only r2's label was unsure
+    client = Client(r, keys.prefix)
+    items = review.queue(client, question="intent")
+    assert [(i.id, i.label, i.confidence) for i in items[:2]] == [
+        ("r2", "lost_card", 0.52),
+        ("r1", "lost_card", 0.6),
+    ]
+    assert items[0].top(1) == [("lost_card", 0.52)] and items[0].labels() == ["lost_card", "refund"]
+    assert items[0].to_dict()["question"] == "intent" and "question" not in review.queue(client)[0].to_dict()
+    assert review.summary(client, question="intent")[0] == 3
+    client.label("r2", "refund", by="lead", question="intent")  # a correction of r2's intent
+    assert intent_queue(r, keys) == ["r1", "r4"] and queued(r, keys) == ["r2"]  # its label still waits
+    client.label("r2", "billing", by="lead")
+    assert queued(r, keys) == [] and intent_queue(r, keys) == ["r1", "r4"]
+    code, out, _ = run_producer_cli(redis_url, keys, "review", "--question", "intent", "--limit", "1")
+    (line,) = out.splitlines()  # --limit 1
+    assert code == 0 and json.loads(line)["id"] == "r1"
+    assert json.loads(line)["question"] == "intent" and json.loads(line)["label"] == "lost_card"
+    code, _, err = run_producer_cli(redis_url, keys, "label", "r1", "lost_card", "--question", "intent")
+    assert code == 0 and intent_queue(r, keys) == ["r4"]
+    code, _, err = run_producer_cli(redis_url, keys, "review", "--question", "a:b")
+    assert code == 2 and "question name" in err
+
+
+def test_each_questions_queue_is_bounded_and_trimmed_with_results(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import worker.queue
+
+    monkeypatch.setattr(worker.queue, "MAX_REVIEW", 2)
+    q = ack(r, keys, [asked(1, 0.6), asked(2, 0.55), asked(3, 0.9)], keep_results_s=1.0)
+    assert intent_queue(r, keys) == ["r2", "r1"]  # margins 0.1, 0.2, 0.8: the largest went
+    assert list(q.questions) == ["intent"]  # learnt from the ack: the trim keeps it in step
+    fresh = RedisQueue(r, keys, "w2", keep_results_s=1.0, questions=("intent",))  # told by the task
+    assert fresh.trim(now=10**10) == 3
+    assert r.zcard(keys.asking("intent").review) == 0
+
+
+class TwoQuestions:
+    """The keyword classifier's primary label, and two further answers (intent, urgency) whose confidence
+    each text names ("i60 u90": intent 0.60, urgency 0.90), on a task asking both questions: intent
+    with review_below 0.7, urgency with auto_accuracy and a head that stores 0.8."""
+
+    name = "fake-two-questions"
+
+    def __init__(self) -> None:
+        from tools.fake import KeywordClassifier
+        from worker.engine.task import Question, Task
+
+        self.labels = ["billing", "technical", "account"]
+        self._inner = KeywordClassifier(self.labels)
+        self.questions = ("intent", "urgency")
+        self.task = Task(
+            name="asking",
+            labels=tuple(self.labels),
+            instructions="",
+            questions=(
+                Question("intent", ("lost_card", "refund"), review_below=0.7),
+                Question("urgency", ("high", "low"), auto_accuracy=0.95),
+            ),
+        )
+        self.head = None
+        self.answer_heads = {
+            "intent": SimpleNamespace(id="i1", version=None, review_below=None, training={}),
+            "urgency": SimpleNamespace(id="u1", version=None, review_below=0.8, training={}),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.name, "labels": self.labels}
+
+    def classify(self, texts: Any, **kw: Any) -> tuple[list[Any], list[Any]]:
+        from worker.engine.types import Answer
+
+        out, stats = self._inner.classify(texts, **kw)
+        asked = []
+        for p, text in zip(out, texts, strict=True):
+            i, u = (int(m) / 100 for m in re.findall(r"\b[iu](\d\d)\b", text))
+            answers = {
+                "intent": Answer("lost_card", {"lost_card": i, "refund": round(1 - i, 6)}, "i1"),
+                "urgency": Answer("high", {"high": u, "low": round(1 - u, 6)}, "u1"),
+            }
+            asked.append(replace(p, answers=answers))
+        return asked, stats
+
+
+def test_the_worker_marks_and_queues_each_questions_unsure_answers(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Through the service: each answer carries its confidence and, below its question's own threshold
+    (intent's review_below; urgency's head-stored auto_accuracy threshold), "review": true and a place
+    in P:q:NAME:review. --review-below re-thresholds the primary only: at 0.99 every label is unsure,
+    no answer more so."""
+    from structlog.testing import capture_logs
+
+    from worker.connection import connect
+    from worker.service import Service
+    from worker.settings import Settings
+
+    texts = {"A": "billing refund i60 u90", "B": "app crash i90 u70", "C": "locked account i90 u90"}
+    texts["D"] = "billing crash i50 u50"
+    r.lpush(keys.tickets, *[json.dumps({"id": k, "text": t}).encode() for k, t in texts.items()])
+    settings = Settings(
+        redis_url=redis_url, prefix=keys.prefix, worker_id="w1", burst=True, review_below=0.99
+    )
+    classifier = TwoQuestions()
+    service = Service(
+        settings, RedisQueue(connect(redis_url), keys, "w1", questions=classifier.questions), classifier
+    )
+    with capture_logs() as logs:
+        assert service.run() == 0
+    results = {k: Result.from_json(cast(bytes, r.hget(keys.results, k))) for k in texts}
+    assert {k: res.questions_to_review() for k, res in results.items()} == {
+        "A": ["intent"],
+        "B": ["urgency"],
+        "C": [],
+        "D": ["intent", "urgency"],
+    }
+    assert all(res.review for res in results.values())  # the flag's 0.99: the primary's only
+    assert results["A"].answers["intent"] == {
+        "label": "lost_card",
+        "scores": {"lost_card": 0.6, "refund": 0.4},
+        "confidence": 0.6,
+        "review": True,
+        "head": "i1",
+    }
+    assert (
+        "review" not in results["C"].answers["intent"]
+        and results["C"].answers["urgency"]["confidence"] == 0.9
+    )
+    assert intent_queue(r, keys) == ["D", "A"]  # margins 0.0 and 0.2
+    assert [m.decode() for m in cast(list[bytes], r.zrange(keys.asking("urgency").review, 0, -1))] == [
+        "D",
+        "B",
+    ]
+    assert r.zcard(keys.review) == 4
+    m = service.metrics
+    for question in ("intent", "urgency"):
+        assert m.question_review.labels(question, "review")._value.get() == 2
+        assert m.question_review.labels(question, "auto")._value.get() == 2
+    assert m.question_review_threshold.labels("intent")._value.get() == 0.7
+    assert m.question_review_threshold.labels("urgency")._value.get() == 0.8
+    said = {
+        e.get("question"): (e["threshold"], e["source"]) for e in logs if e["event"] == "review_threshold"
+    }
+    assert said == {
+        None: (0.99, "--review-below"),
+        "intent": (0.7, "task review_below"),
+        "urgency": (0.8, "head (auto_accuracy 0.95)"),
+    }

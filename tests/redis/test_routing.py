@@ -190,3 +190,37 @@ def test_a_further_questions_label_routes_with_a_job_of_its_own(
     run_rq(r, rq_queue)
     routed = sorted((res["id"], res["answers"]["intent"]["label"]) for _, res in routing_handlers.CALLS)
     assert routed == [(first.id, "lost_card"), (first.id, "lost_card"), (second.id, "refund")]
+
+
+def test_a_questions_unsure_answer_goes_to_its_review_route_not_its_labels(
+    r: redis.Redis, keys: Keys, rq_queue: str
+) -> None:
+    """As the primary's "review" route takes its unsure tickets, "intent:review" takes the tickets whose
+    intent answer needs review, instead of "intent:<label>"; a sure answer keeps its label's route."""
+    raws = payloads(keys.prefix)[:2]
+    r.lpush(keys.tickets, *raws)
+    q = RedisQueue(r, keys, "w1")
+    items = []
+    for raw, marked in zip(q.claim(2, max_wait_s=0), [True, False], strict=True):
+        f = finished(raw)
+        answer = {"label": "lost_card", "scores": {"lost_card": 0.6, "refund": 0.4}, "confidence": 0.6}
+        answers = {"intent": answer | ({"review": True} if marked else {})}
+        items.append(Finished(f.raw, f.ticket, replace(f.result, answers=answers)))
+    people = f"{rq_queue}-intent-review"
+    routes = {"intent:lost_card": rq_queue, "intent:review": people}
+    try:
+        q.ack(items, [], Router(r, routes, "routing_handlers.record"))
+        unsure, sure = items[0].result, items[1].result
+        assert Queue(people, connection=r, serializer=JSONSerializer).get_job_ids() == [
+            job_id(unsure.id, unsure.digest, "intent:review")
+        ]
+        assert Queue(rq_queue, connection=r, serializer=JSONSerializer).get_job_ids() == [
+            job_id(sure.id, sure.digest, "intent:lost_card")
+        ]
+        assert r.zrange(keys.asking("intent").review, 0, -1) == [unsure.id.encode()]
+    finally:
+        jobs = Queue(people, connection=r, serializer=JSONSerializer).get_job_ids()
+        for pattern in [f"rq:*{people}*", *(f"rq:*{j}*" for j in jobs)]:
+            stale = list(r.scan_iter(match=pattern, count=1000))
+            if stale:
+                r.delete(*stale)

@@ -253,6 +253,7 @@ def test_stage_writes_every_answer_on_the_result() -> None:
     from typing import Any, ClassVar
 
     from worker.engine.types import Answer, BatchStats, Prediction
+    from worker.review import Threshold
     from worker.stage import process
 
     class Asking:
@@ -271,5 +272,15 @@ def test_stage_writes_every_answer_on_the_result() -> None:
     out = process([b'{"id": "1", "text": "hi"}'], Asking(), "w")
     (done,) = out.finished
     assert json.loads(done.result.to_json())["answers"] == {
-        "q": {"label": "x", "scores": {"x": 0.7, "y": 0.3}, "head": "h1"}
+        "q": {"label": "x", "scores": {"x": 0.7, "y": 0.3}, "confidence": 0.7, "head": "h1"}
     }
+    assert done.result.questions_to_review() == []
+    # below the question's own threshold: marked on the answer, not on the primary (sure at 1.0)
+    strict = {"q": Threshold(0.8, "test")}
+    (unsure,) = process([b'{"id": "1", "text": "hi"}'], Asking(), "w", question_review=strict).finished
+    wire = json.loads(unsure.result.to_json())
+    assert wire["answers"]["q"]["review"] is True and "review" not in wire
+    assert Result.from_json(unsure.result.to_json()).questions_to_review() == ["q"]
+    lenient = {"q": Threshold(0.7, "test")}  # at the threshold is not below it
+    (sure,) = process([b'{"id": "1", "text": "hi"}'], Asking(), "w", question_review=lenient).finished
+    assert "review" not in json.loads(sure.result.to_json())["answers"]["q"]

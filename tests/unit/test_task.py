@@ -90,3 +90,45 @@ def test_an_unknown_question_is_named_with_the_known_ones() -> None:
     task = Task.from_dict({"labels": ["p", "q"], "questions": {"intent": {"labels": ["x", "y"]}}})
     with pytest.raises(TaskError, match="asks no question 'mood'; its questions: intent"):
         task.labels_of("mood")
+
+
+def test_each_question_states_which_of_its_answers_need_review(tmp_path: Path) -> None:
+    """Issue 22 item 2: review_below or auto_accuracy per [questions.NAME], beside the primary's; a
+    review route per question (NAME:review) beside the primary's (review)."""
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'labels = ["billing", "other"]\nauto_accuracy = 0.95\nzero_shot_temperature = 2.5\n'
+        'route_handler = "app.handle"\n'
+        '[routes]\nreview = "people"\n"intent:review" = "intent-people"\n"intent:refund" = "money"\n'
+        '[questions.intent]\nlabels = ["lost_card", "refund"]\nreview_below = 0.6\n'
+        '[questions.urgency]\nlabels = ["high", "low"]\nauto_accuracy = 0.99\n'
+    )
+    task = load_task(path)
+    intent, urgency = task.questions
+    assert (task.review_below, task.auto_accuracy, task.zero_shot_temperature) == (None, 0.95, 2.5)
+    assert (intent.review_below, intent.auto_accuracy) == (0.6, None)
+    assert (urgency.review_below, urgency.auto_accuracy) == (None, 0.99)
+    assert set(task.routes) == {"review", "intent:review", "intent:refund"}
+    assert load_task().zero_shot_temperature == 1.0  # the default: the scores as they always were
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"questions": {"q": {"labels": ["x", "y"], "review_below": 0.5, "auto_accuracy": 0.9}}}, "give one"),
+        ({"questions": {"q": {"labels": ["x", "y"], "review_below": 1.0}}}, "question 'q': review_below"),
+        ({"questions": {"q": {"labels": ["x", "y"], "auto_accuracy": "high"}}}, "must be a number"),
+        ({"questions": {"q": {"labels": ["x", "y"], "review": 0.5}}}, "use labels, head, head_data, recipe, review"),
+        ({"zero_shot_temperature": 0}, "positive"),
+        ({"zero_shot_temperature": -1.5}, "positive"),
+        ({"zero_shot_temperature": True}, "must be a number"),
+        ({"zero_shot_temperature": "2"}, "must be a number"),
+        ({"zero_shot_temperature": float("inf")}, "positive"),
+        ({"questions": {"q": {"labels": ["x", "y"]}}, "routes": {"mood:review": "p"}}, "unknown label"),
+        ({"questions": {"q": {"labels": ["review", "y"]}}, "routes": {"q:review": "p"}}, "ambiguous"),
+        ({"labels": ["review", "other"], "routes": {"review": "p"}}, "ambiguous"),
+    ],
+)
+def test_bad_review_keys_are_refused_with_the_reason(data: dict, message: str) -> None:
+    with pytest.raises(TaskError, match=message):
+        Task.from_dict({"labels": ["p", "q"]} | data)

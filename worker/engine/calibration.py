@@ -9,6 +9,9 @@
   confidence threshold) at which the kept tickets reach a target accuracy.
 - :func:`threshold_for_accuracy`: the lowest confidence threshold whose auto-routed tickets (confidence
   at or above it) are at least the target accuracy: what ``auto_accuracy`` stores as ``review_below``.
+- :func:`check_temperature`: a temperature fitted on labelled logits, with the ECE before, after (in
+  sample) and cross-fitted (each fold scored at a temperature fitted on the others): what ``eval`` prints
+  for zero-shot scores, whose temperature is a task key rather than part of a trained head.
 
 Everything takes plain sequences (confidence of the chosen label, whether it was right) so ``eval``,
 ``train`` and a test recomputing them from results' own probabilities share one definition.
@@ -169,3 +172,50 @@ def format_report(confidence: Sequence[float], correct: Sequence[bool], what: st
     )
     lines.append(f"coverage for accuracy: {reach}")
     return lines
+
+
+@dataclass(frozen=True)
+class TemperatureCheck:
+    temperature: float  # fitted on every ticket
+    current: float  # the temperature the scores had
+    ece_current: float  # ECE at ``current``
+    ece_fitted: float  # ECE at ``temperature``, on the tickets it was fitted on
+    ece_cross: float  # ECE when each fold's tickets are scored at a temperature fitted on the other folds
+    folds: int
+
+
+def confidences(logits: torch.Tensor, temperature: float) -> list[float]:
+    """Each row's top probability under ``softmax(logits / temperature)``."""
+    import torch
+
+    return torch.softmax(logits.detach().to(torch.float64) / temperature, -1).max(1).values.tolist()
+
+
+def check_temperature(
+    logits: torch.Tensor, y: Sequence[int], current: float = 1.0, folds: int = 5
+) -> TemperatureCheck:
+    """Fit the temperature of labelled ``logits`` and say how much it helps, honestly: a single scalar
+    hardly over-fits, but the cross-fitted ECE (folds by row index modulo ``folds``, so a file sorted by
+    label is still spread over every fold) shows what a fresh ticket would see."""
+    import torch
+
+    x = logits.detach().to(torch.float64)
+    target = torch.as_tensor(list(y), dtype=torch.long)
+    correct = (x.argmax(1) == target).tolist()
+    fitted = fit_temperature(x, target)
+    k = max(1, min(folds, x.shape[0]))
+    crossed = [0.0] * x.shape[0]
+    for f in range(k):
+        held = [i for i in range(x.shape[0]) if i % k == f]
+        rest = [i for i in range(x.shape[0]) if i % k != f]
+        t = fit_temperature(x[rest], target[rest]) if rest else fitted
+        for i, c in zip(held, confidences(x[held], t), strict=True):
+            crossed[i] = c
+    return TemperatureCheck(
+        temperature=fitted,
+        current=current,
+        ece_current=ece(confidences(x, current), correct),
+        ece_fitted=ece(confidences(x, fitted), correct),
+        ece_cross=ece(crossed, correct),
+        folds=k,
+    )

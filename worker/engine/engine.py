@@ -125,6 +125,8 @@ class Engine:
             head=q.head,
             head_data=q.head_data,
             recipe=q.recipe,
+            review_below=q.review_below,
+            auto_accuracy=q.auto_accuracy,
         )
         alone.prior = None
         alone.head = self.answer_heads.get(q.name)
@@ -179,6 +181,7 @@ class Engine:
             "prefix_tokens": len(self.prompt.prefix_ids),
             "layers": self.n_layers,
             "calibrated": self.prior is not None,
+            "zero_shot_temperature": self.task.zero_shot_temperature,
             "method": "head" if self.head else "zero-shot",
             "head": self.head.summary() if self.head else None,
             "questions": {
@@ -290,6 +293,13 @@ class Engine:
                 on_pass(stats[-1])
         return out, stats
 
+    @property
+    def temperature(self) -> float:
+        """What the primary's decision scores are divided by before their softmax: the task's
+        ``zero_shot_temperature`` for zero-shot scoring; 1.0 with a head (its log-probabilities carry
+        its own temperature already). Scores only: decisions, ``logprobs`` and ``verify`` never see it."""
+        return 1.0 if self.head is not None else self.task.zero_shot_temperature
+
     def decision_logprobs(
         self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None, list[BatchStats]]:
@@ -312,7 +322,7 @@ class Engine:
         asked = dict(self.answer_heads)
         if not asked:
             logp, prior, stats = self.decision_logprobs(texts, on_pass=on_pass)
-            return predictions(self.task.labels, logp, prior, head), stats
+            return predictions(self.task.labels, logp, prior, head, self.temperature), stats
         # Every head reads one pass; a zero-shot primary needs its label-scoring pass besides.
         heads = ([head] if head is not None else []) + list(asked.values())
         xs, stats = self.features_many(texts, [h.recipe for h in heads], on_pass=on_pass)
@@ -322,7 +332,7 @@ class Engine:
             logp, more = self.logprobs(texts, on_pass=on_pass)
             prior, stats = self.prior, stats + more
         answers = {q: answer(h, x) for (q, h), x in zip(asked.items(), xs, strict=True)}
-        primary = predictions(self.task.labels, logp, prior, head)
+        primary = predictions(self.task.labels, logp, prior, head, self.temperature)
         return [
             replace(p, answers={q: a[i] for q, a in answers.items()}) for i, p in enumerate(primary)
         ], stats
@@ -343,16 +353,22 @@ def answer(head: Head, features: torch.Tensor) -> list[Answer]:
 
 
 def predictions(
-    labels: Sequence[str], logp: torch.Tensor, prior: torch.Tensor | None = None, head: Head | None = None
+    labels: Sequence[str],
+    logp: torch.Tensor,
+    prior: torch.Tensor | None = None,
+    head: Head | None = None,
+    temperature: float = 1.0,
 ) -> list[Prediction]:
     """Turn (tickets, labels) log-probabilities into labels and normalized scores.
 
     With a calibration ``prior`` the decision and the scores use ``logp - prior``; ``logprobs`` stay raw.
-    With a ``head``, ``logp`` is its log-softmax and the predictions name it.
+    With a ``head``, ``logp`` is its log-softmax and the predictions name it. The scores are
+    ``softmax(decision scores / temperature)`` (:attr:`Engine.temperature`): the one place a zero-shot
+    temperature is applied, after the decision, so it never changes a label.
     """
     method, head_name = ("head", head.name) if head else ("zero-shot", None)
     decision = decide(logp, prior)
-    probs = torch.softmax(decision.scores, dim=-1)
+    probs = torch.softmax(decision.scores / temperature, dim=-1)
     best = decision.best
     rows_p, rows_l = probs.tolist(), logp.tolist()
     return [

@@ -3,13 +3,20 @@
 A task asks one question of every ticket, its primary one (``labels``; what a result's ``label`` answers),
 and may ask more: each ``[questions.NAME]`` table has its own ``labels`` and a trained head (``head`` or
 ``head_data``) that reads the same forward pass (docs/head.md, "Several questions"). A route names a
-primary label, or ``NAME:label`` for a question's. ``recipe`` (at the top or in a question's table) says
+primary label, or ``NAME:label`` for a question's; ``review`` and ``NAME:review`` take the tickets whose
+answer to that question needs review (worker/review.py). ``recipe`` (at the top or in a question's table) says
 which hidden states that question's heads are trained on (``head_data``, and ``train``'s default); a head
 file carries its own.
+
+Which answers need a person is set per question: ``review_below`` or ``auto_accuracy`` at the top level
+(the primary question) or in ``[questions.NAME]``. ``zero_shot_temperature`` divides the zero-shot label
+scores before their softmax (fitted by ``ticketq-worker eval``); it never changes a decision, and it is
+not part of the prompt, so heads trained for the task keep matching it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -38,8 +45,26 @@ QUESTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ROUTE_SEP = ":"  # a route "intent:lost_card" is the label lost_card of the question intent
 
 
+# The keys a [questions.NAME] table may have; anything else is refused as a typo.
+QUESTION_KEYS = ("labels", "head", "head_data", "recipe", "review_below", "auto_accuracy")
+
+
 class TaskError(ValueError):
     """A task file that cannot be used, with the reason."""
+
+
+def check_review(what: str, review_below: float | None, auto_accuracy: float | None) -> None:
+    """At most one of the two, each strictly between 0 and 1."""
+    if review_below is not None and auto_accuracy is not None:
+        raise TaskError(f"{what}: review_below and auto_accuracy: give one (a threshold, or the accuracy)")
+    for name, value in (("review_below", review_below), ("auto_accuracy", auto_accuracy)):
+        if value is not None and not 0.0 < value < 1.0:
+            raise TaskError(f"{what}: {name} must be between 0 and 1 (exclusive), got {value}")
+
+
+def review_route(question: str | None) -> str:
+    """The route taking the tickets whose answer to ``question`` (None: the primary) needs review."""
+    return REVIEW_ROUTE if question is None else f"{question}{ROUTE_SEP}{REVIEW_ROUTE}"
 
 
 def check_labels(labels: tuple[str, ...], what: str) -> None:
@@ -61,6 +86,9 @@ class Question:
     head: str | None = None  # a head file (absolute once loaded)
     head_data: str | None = None  # labelled tickets (id,text,label) to train its head from, cached
     recipe: Recipe | None = None  # the features its heads are trained on; None: Recipe.default
+    # Which of its answers need review, as the task's own keys do for the primary (worker/review.py).
+    review_below: float | None = None
+    auto_accuracy: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
@@ -70,6 +98,7 @@ class Question:
         check_labels(self.labels, f"question {self.name!r}")
         if self.head and self.head_data:
             raise TaskError(f"question {self.name!r}: give head or head_data, not both")
+        check_review(f"question {self.name!r}", self.review_below, self.auto_accuracy)
 
 
 @dataclass(frozen=True)
@@ -92,11 +121,15 @@ class Task:
     head_data: str | None = None  # labelled tickets to train the task's head from on first use (cached)
     # Which results need a person (worker/review.py): below this confidence a result carries "review":
     # true and enters P:review; or, with auto_accuracy, the threshold the head's training chose to keep
-    # auto-routed tickets that accurate. At most one of the two; --review-below overrides both.
+    # auto-routed tickets that accurate. At most one of the two; --review-below overrides both (for the
+    # primary question only: each [questions.NAME] sets its own).
     review_below: float | None = None
     auto_accuracy: float | None = None
     questions: tuple[Question, ...] = ()  # further questions, each answered by a head of its own
     recipe: Recipe | None = None  # the features the primary's heads are trained on; None: Recipe.default
+    # Zero-shot scores are softmax((label log-probabilities - prior) / this): fitted by ``eval`` so they
+    # are calibrated probabilities. Never changes a decision; a head's scores use the head's own.
+    zero_shot_temperature: float = 1.0
 
     def __post_init__(self) -> None:
         check_labels(self.labels, "a task")
@@ -113,13 +146,11 @@ class Task:
             if not ex.text.strip():
                 raise TaskError("an example has empty text")
         for route in self.routes:
-            if route != REVIEW_ROUTE:
-                self.route_target(route)
-        if self.review_below is not None and self.auto_accuracy is not None:
-            raise TaskError("review_below and auto_accuracy: give one (a threshold, or the accuracy)")
-        for name, value in (("review_below", self.review_below), ("auto_accuracy", self.auto_accuracy)):
-            if value is not None and not 0.0 < value < 1.0:
-                raise TaskError(f"{name} must be between 0 and 1 (exclusive), got {value}")
+            self.check_route(route)
+        check_review("the task", self.review_below, self.auto_accuracy)
+        t = self.zero_shot_temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+            raise TaskError(f"zero_shot_temperature must be a positive number, got {t!r}")
 
     def get_question(self, name: str | None) -> Question | None:
         """The question called ``name`` (None: the primary, returned as None). TaskError if unknown."""
@@ -135,6 +166,20 @@ class Task:
         """The labels of question ``name`` (None: the primary)."""
         q = self.get_question(name)
         return self.labels if q is None else q.labels
+
+    def check_route(self, route: str) -> None:
+        """TaskError unless ``route`` names a label (:meth:`route_target`) or a question's review route
+        (``review``, ``NAME:review``); a question with a label called ``review`` cannot have the latter."""
+        for question in (None, *(q.name for q in self.questions)):
+            if route == review_route(question):
+                if REVIEW_ROUTE in self.labels_of(question):
+                    whose = "the task" if question is None else f"question {question!r}"
+                    raise TaskError(
+                        f"route {route!r} is ambiguous: it takes the tickets that need review, and "
+                        f"{REVIEW_ROUTE!r} is also a label of {whose}"
+                    )
+                return
+        self.route_target(route)
 
     def route_target(self, route: str) -> tuple[str | None, str]:
         """(question, label) a route names: ``label`` (primary) or ``NAME:label``. TaskError if neither."""
@@ -165,6 +210,7 @@ class Task:
                 auto_accuracy=_probability(data, "auto_accuracy"),
                 questions=_questions(data.get("questions", {})),
                 recipe=_recipe(data.get("recipe"), ""),
+                zero_shot_temperature=_number(data, "zero_shot_temperature", 1.0),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -193,6 +239,13 @@ def _recipe(value: Any, where: str) -> Recipe | None:
         raise TaskError(f"{where}{exc}") from None
 
 
+def _number(data: dict[str, Any], name: str, default: float) -> float:
+    value = data.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TaskError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
 def _questions(table: Any) -> tuple[Question, ...]:
     if not isinstance(table, dict):
         raise TaskError("questions: a table of [questions.NAME] tables")
@@ -200,13 +253,22 @@ def _questions(table: Any) -> tuple[Question, ...]:
     for name, q in table.items():
         if not isinstance(q, dict) or "labels" not in q:
             raise TaskError(f"question {name!r}: a table with labels (and head or head_data)")
-        unknown = sorted(set(q) - {"labels", "head", "head_data", "recipe"})
+        unknown = sorted(set(q) - set(QUESTION_KEYS))
         if unknown:
-            raise TaskError(f"question {name!r}: unknown keys {unknown}; use labels, head, head_data, recipe")
+            raise TaskError(f"question {name!r}: unknown keys {unknown}; use {', '.join(QUESTION_KEYS)}")
         if not isinstance(q["labels"], list):
             raise TaskError(f"question {name!r}: labels must be a list")
-        recipe = _recipe(q.get("recipe"), f"question {name!r}: ")
-        out.append(Question(name, tuple(q["labels"]), q.get("head"), q.get("head_data"), recipe))
+        out.append(
+            Question(
+                name,
+                tuple(q["labels"]),
+                q.get("head"),
+                q.get("head_data"),
+                review_below=_probability(q, "review_below"),
+                auto_accuracy=_probability(q, "auto_accuracy"),
+                recipe=_recipe(q.get("recipe"), f"question {name!r}: "),
+            )
+        )
     return tuple(out)
 
 

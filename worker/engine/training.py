@@ -241,17 +241,24 @@ def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | No
     elif spec or task.head:
         head = Head.load(spec or task.head or "")
     elif task.head_data:
-        head = cached_head(engine, task.head_data, log)
+        head = cached_head(engine, task.head_data, log, auto_accuracy=task.auto_accuracy)
     engine.use_head(head)
     return head
 
 
-def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | None = None) -> Head:
+def cached_head(
+    engine: Engine,
+    data: str | Path,
+    log: Callable[..., None] | None = None,
+    *,
+    auto_accuracy: float | None = None,
+) -> Head:
     """The head trained from labelled ``data`` for this engine, from the cache or trained now and cached.
 
     The cache key covers everything the head depends on: the model's weights, the prompt, the data,
-    the dtype the features are computed in, the recipe, the way heads are trained (:data:`TRAINING`) and
-    the ticketq version."""
+    the dtype the features are computed in, the recipe, the way heads are trained (:data:`TRAINING`), the
+    ticketq version and, when the task (or question) sets it, ``auto_accuracy``: the head then stores the
+    review threshold its out-of-fold predictions give (a key without it: heads cached before still match)."""
     from producer.files import parse
 
     raw = Path(data).read_bytes()
@@ -266,6 +273,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
         recipe.to_dict(),
         TRAINING,
         _version(),
+        *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
     )[:24]
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
@@ -281,7 +289,7 @@ def cached_head(engine: Engine, data: str | Path, log: Callable[..., None] | Non
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
-    head = train_head(engine, texts, labels, recipe=recipe)
+    head = train_head(engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy)
     head.save(path)
     if log:
         log(
