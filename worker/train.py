@@ -95,6 +95,8 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         if store.corrections_only and not store.from_redis:
             raise DataError("--corrections-only needs --from-redis")
+        if store.correction_weight != 1 and not store.from_redis:
+            raise DataError("--correction-weight needs --from-redis")
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
@@ -150,6 +152,9 @@ def run(ns: argparse.Namespace) -> int:
     # then the gate's evidence only)
     learn = [row in corrected or not store.corrections_only for row in range(len(items))]
     picked = [row for row, use in enumerate(learn) if use]
+    # each correction counts as --correction-weight base rows (None: all 1, today's fit exactly)
+    weight = store.correction_weight if corrected else 1.0
+    weights = None if weight == 1 else [weight if row in corrected else 1.0 for row in range(len(items))]
     start = time.perf_counter()
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
@@ -164,6 +169,7 @@ def run(ns: argparse.Namespace) -> int:
                 recipe=recipe,
                 features=x[picked],
                 auto_accuracy=auto_accuracy,
+                row_weight=None if weights is None else [weights[row] for row in picked],
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -173,6 +179,7 @@ def run(ns: argparse.Namespace) -> int:
         "base_sha256": None if store.corrections_only else base_sha256,
         "base_rows": len(picked) - len(corrected),
         "corrections": sorted(ids[row] for row in corrected),
+        "correction_weight": weight,
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
@@ -191,6 +198,7 @@ def run(ns: argparse.Namespace) -> int:
             head,
             args,
             learn,
+            weights,
             store.force,
         )
         if comparison is not None:
@@ -234,6 +242,7 @@ def _gate(
     head: Any,
     args: TrainOptions,
     learn: list[bool],
+    weights: list[float] | None,
     force: bool,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
@@ -259,9 +268,10 @@ def _gate(
         from_head_data and base is not None and Path(base).resolve() == Path(engine.task.head_data).resolve()
     )
     rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
+    in_use = gate.InUse(current, name, rows, gate.correction_weights(current.training, ids, corrected))
     try:
         comparison = gate.compare_with(
-            gate.InUse(current, name, rows),
+            in_use,
             engine,
             texts,
             x,
@@ -269,6 +279,7 @@ def _gate(
             labels,
             corrected,
             candidate_rows=learn,
+            candidate_weights=weights,
             l2=head.training["l2"],
             seed=args.seed,
         )
@@ -370,6 +381,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     ]
     lines += calibration_lines(head)
     if "corrections_n" in t:
+        weight = (t.get("data") or {}).get("correction_weight", 1)
         before = t.get("corrections_accuracy_before")
         after = t.get("corrections_accuracy_after")
         lines += [
@@ -377,6 +389,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
             f"on the {t['corrections_n']} corrected tickets: the worker's labels were right on "
             + ("(unknown)" if before is None else f"{before:.1%}")
             + "; the new head, out of fold, on "
-            + ("(not cross-validated)" if after is None else f"{after:.1%}"),
+            + ("(not cross-validated)" if after is None else f"{after:.1%}")
+            + ("" if weight == 1 else f" (each correction weighted {weight:g})"),
         ]
     return "\n".join(lines)

@@ -87,6 +87,7 @@ def train_head(
     corrected: Mapping[int, str | None] | None = None,
     features: torch.Tensor | None = None,
     auto_accuracy: float | None = None,
+    row_weight: Sequence[float] | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -99,7 +100,8 @@ def train_head(
     The temperature is fitted on the out-of-fold logits (tickets each fold did not train on), so the
     head's scores are calibrated probabilities; ``training["calibration"]`` records the out-of-fold ECE
     and risk-coverage at it. With ``auto_accuracy`` the head's ``review_below`` is the lowest confidence
-    whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``)."""
+    whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``).
+    ``row_weight``: one weight per ticket for the fit (:func:`.fit.fit`; None: all 1)."""
     if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
         raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
@@ -119,7 +121,12 @@ def train_head(
     present = [lab for lab in task_labels if lab in set(labels)]
     y = [present.index(lab) for lab in labels]
     result = fit(
-        x, y, len(present), seed=seed, progress=(lambda d, t: progress("fit", d, t)) if progress else None
+        x,
+        y,
+        len(present),
+        seed=seed,
+        progress=(lambda d, t: progress("fit", d, t)) if progress else None,
+        row_weight=row_weight,
     )
     temperature, review_below, calibration = 1.0, None, {}
     if result.cv_logits is not None:
