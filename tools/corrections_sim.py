@@ -17,7 +17,8 @@ that corrections have something to teach: trained on half the base data, on a ba
 or on the Banking77 queries alone (no synthetic ticket). ::
 
     nice -n 10 python -m tools.corrections_sim extract            # ~15-30 min on 2 shared cores
-    nice -n 10 python -m tools.corrections_sim simulate --rounds 30 --json out/corrections_sim/sim.json
+    nice -n 10 python -m tools.corrections_sim simulate --scenarios full --rounds 30   # resumable
+    python -m tools.corrections_sim report                                             # the tables
 
 Data building and the statistics are plain Python (tested without torch); torch comes with the fits.
 """
@@ -464,7 +465,25 @@ def table(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _key(r: dict[str, Any]) -> tuple[str, int, int, int]:
+    """What makes two rounds the same: scenario, stream size, intents left out (missing) and seed."""
+    return r["scenario"], r["stream"], r.get("missing", 0), r["seed"]
+
+
+def read_rounds(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Every round of the JSON Lines files, the last one written winning for the same round."""
+    rounds: dict[tuple[str, int, int, int], dict[str, Any]] = {}
+    for path in paths:
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    r = json.loads(line)
+                    rounds[_key(r)] = r
+    return list(rounds.values())
+
+
 def simulate(args: argparse.Namespace) -> int:
+    """Run the rounds not yet in ``--rounds-file`` (it is appended to a line per round: resumable)."""
     import torch
 
     torch.set_num_threads(args.threads)
@@ -476,17 +495,21 @@ def simulate(args: argparse.Namespace) -> int:
     for s in scenarios:
         if s not in SCENARIOS:
             raise SimError(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
+    out = Path(args.rounds_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {_key(r) for r in read_rounds([out]) if {m.name for m in methods} <= set(r["methods"])}
     print(
         f"base {len(base.y)}, pool {len(pool.y)} ({pool.dtype}); stream {args.stream}, fresh the rest; "
-        f"{args.rounds} rounds; {torch.get_num_threads()} threads",
+        f"{args.rounds} rounds; {torch.get_num_threads()} threads; to {out}",
         file=sys.stderr,
     )
     began = time.perf_counter()
-    results: dict[str, list[dict[str, Any]]] = {}
     in_use: dict[tuple[str, ...], InUse] = {}
     for scenario in scenarios:
-        runs = results.setdefault(scenario, [])
         for seed in range(args.first_seed, args.first_seed + args.rounds):
+            missing = args.missing if scenario == "missing" else 0
+            if (scenario, args.stream, missing, seed) in done:
+                continue
             r = one_round(
                 base,
                 pool,
@@ -498,7 +521,9 @@ def simulate(args: argparse.Namespace) -> int:
                 missing=args.missing,
                 in_use_cache=in_use,
             )
-            runs.append(r)
+            r |= {"stream": args.stream, "missing": missing, "dtype": pool.dtype}
+            with out.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(r) + "\n")
             fresh = " ".join(
                 f"{m.name} {100 * (r['methods'][m.name]['fresh'] - r['in_use']['fresh']):+.2f}"
                 for m in methods
@@ -509,20 +534,23 @@ def simulate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        print(f"\n### {scenario} (stream {args.stream})\n")
-        print(table(runs, [m.name for m in methods]), flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "args": vars(args),
-                    "dtype": pool.dtype,
-                    "runs": results,
-                    "seconds": time.perf_counter() - began,
-                }
-            )
-        )
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """A table per scenario and stream size, over the rounds of the files, for the methods all have."""
+    paths = [Path(p) for p in args.rounds_files] or sorted(Path(args.cache).glob("*.jsonl"))
+    rounds = read_rounds(paths)
+    if not rounds:
+        raise SimError(f"no rounds in {', '.join(map(str, paths)) or args.cache}")
+    groups: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in sorted(rounds, key=_key):
+        groups.setdefault(_key(r)[:3], []).append(r)
+    for (scenario, stream, missing), runs in groups.items():
+        names = [m for m in runs[0]["methods"] if all(m in r["methods"] for r in runs)]
+        left = f", {missing} intents left out" if missing else ""
+        print(f"\n### {scenario} (stream {stream}{left}; {runs[0].get('dtype', '?')} features)\n")
+        print(table(runs, names))
     return 0
 
 
@@ -547,10 +575,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sim.add_argument("--missing", type=int, default=15, help="intents left out of the base (missing)")
     sim.add_argument("--threads", type=int, default=1, help="torch threads (1: best on a shared 2-core box)")
-    sim.add_argument("--json", help="every round's numbers")
+    sim.add_argument(
+        "--rounds-file", default=str(CACHE / "rounds.jsonl"), help="appended to, a line per round"
+    )
+    rep = sub.add_parser("report", help="the tables, from the rounds files")
+    rep.add_argument("rounds_files", nargs="*", help="JSON Lines of rounds (default: the cache's *.jsonl)")
+    rep.add_argument("--cache", default=str(CACHE))
     args = parser.parse_args(argv)
+    commands = {"extract": extract, "simulate": simulate, "report": report}
     try:
-        return extract(args) if args.command == "extract" else simulate(args)
+        return commands[args.command](args)
     except SimError as exc:
         print(f"corrections_sim: {exc}", file=sys.stderr)
         return 2
