@@ -175,22 +175,28 @@ class SimError(ValueError):
 @dataclass(frozen=True)
 class Method:
     """How a candidate learns base + corrections: ``l2`` (``cv`` or ``keep``) and the corrections'
-    weight: ``w<N>`` a fixed weight N, ``auto<K>`` their total weight K% of the base rows', none: 1."""
+    weight: ``w<N>`` a fixed weight N, ``auto<K>`` their total weight K% of the base rows', none: 1.
+    ``+confirmed``: the stream tickets the head had right are recorded too (the review page's Confirm
+    writes a correction with the same label), so the head learns the whole stream, not only its errors."""
 
     name: str
     l2: str
     weight: str  # "1", "w5", "auto5"
+    confirmed: bool = False
 
     @classmethod
     def parse(cls, name: str) -> Method:
-        l2, _, weight = name.partition("-")
+        spec, plus, extra = name.partition("+")
+        l2, _, weight = spec.partition("-")
         ok_weight = weight == "" or (
             (weight.startswith("w") and _number(weight[1:]) >= 1)
             or (weight.startswith("auto") and _number(weight[4:]) > 0)
         )
-        if l2 not in L2_MODES or not ok_weight:
-            raise SimError(f"unknown method {name!r}: <cv|keep>[-w<N>|-auto<K>], e.g. keep-w5, cv-auto10")
-        return cls(name, l2, weight or "1")
+        if l2 not in L2_MODES or not ok_weight or (plus and extra != "confirmed"):
+            raise SimError(
+                f"unknown method {name!r}: <cv|keep>[-w<N>|-auto<K>][+confirmed], e.g. keep-w5, cv-auto10"
+            )
+        return cls(name, l2, weight or "1", bool(plus))
 
     def correction_weight(self, n_base: int, n_corrections: int) -> float:
         return correction_weight(self.weight, n_base, n_corrections)
@@ -349,12 +355,17 @@ def one_round(
     top = Counter(pool.y[i] for i in corrected).most_common(1)
     top_rows = [i for i in fresh if top and pool.y[i] == top[0][0]]
 
-    x = torch.cat([base.x[rows], pool.x[corrected]])
-    y = [base.y[i] for i in rows] + [pool.y[i] for i in corrected]
-    is_correction = [False] * len(rows) + [True] * len(corrected)
-    evidence_rows = [i for i, c in enumerate(is_correction) if c]
-    fold = gate.folds_for(y, 0)
-    current_oof = cross_predict(x, y, classes, l2=in_use.l2, fold=fold, train=[not c for c in is_correction])
+    def evidence(learnt: Sequence[int]) -> tuple[Any, list[int], list[int], list[int]]:
+        """Base + the recorded stream rows: features, labels, the recorded rows' places, and the head in
+        use judged out of fold on it as the gate does (refitted on the base rows, at its L2)."""
+        x = torch.cat([base.x[rows], pool.x[list(learnt)]])
+        y = [base.y[i] for i in rows] + [pool.y[i] for i in learnt]
+        recorded = list(range(len(rows), len(y)))
+        is_base = [i < len(rows) for i in range(len(y))]
+        oof = cross_predict(x, y, classes, l2=in_use.l2, fold=gate.folds_for(y, 0), train=is_base)
+        return x, y, recorded, oof
+
+    evidences: dict[bool, tuple[Any, list[int], list[int], list[int]]] = {}
 
     def scores(predicted: Sequence[int]) -> dict[str, float | None]:
         return {
@@ -378,8 +389,11 @@ def one_round(
         "methods": {},
     }
     for method in methods:
-        w = method.correction_weight(len(rows), len(corrected))
-        weights = None if w == 1.0 else [1.0] * len(rows) + [w] * len(corrected)
+        if method.confirmed not in evidences:
+            evidences[method.confirmed] = evidence(stream if method.confirmed else corrected)
+        x, y, recorded, current_oof = evidences[method.confirmed]
+        w = method.correction_weight(len(rows), len(recorded))
+        weights = None if w == 1.0 else [1.0] * len(rows) + [w] * len(recorded)
         grid = (in_use.l2,) if method.l2 == "keep" else L2_GRID
         f = fit(x, y, classes, seed=0, grid=grid, row_weight=weights)
         after = (pool.x @ f.weight.double().T + f.bias.double()).argmax(1).tolist()
@@ -389,7 +403,7 @@ def one_round(
                 [labels[i] for i in y],
                 [labels[i] for i in f.cv_predicted],
                 [labels[i] for i in current_oof],
-                evidence_rows,
+                recorded,
                 labels,
                 current_name="in use",
                 method="refit",
@@ -471,13 +485,16 @@ def _key(r: dict[str, Any]) -> tuple[str, int, int, int]:
 
 
 def read_rounds(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """Every round of the JSON Lines files, the last one written winning for the same round."""
+    """Every round of the JSON Lines files; lines of the same round (the same split, other methods)
+    are merged, the last written winning for a method computed twice."""
     rounds: dict[tuple[str, int, int, int], dict[str, Any]] = {}
     for path in paths:
         if path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 if line.strip():
                     r = json.loads(line)
+                    if _key(r) in rounds:
+                        r["methods"] = rounds[_key(r)]["methods"] | r["methods"]
                     rounds[_key(r)] = r
     return list(rounds.values())
 
@@ -497,7 +514,7 @@ def simulate(args: argparse.Namespace) -> int:
             raise SimError(f"unknown scenario {s!r}; known: {', '.join(SCENARIOS)}")
     out = Path(args.rounds_file)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = {_key(r) for r in read_rounds([out]) if {m.name for m in methods} <= set(r["methods"])}
+    done = {_key(r): set(r["methods"]) for r in read_rounds([out])}
     print(
         f"base {len(base.y)}, pool {len(pool.y)} ({pool.dtype}); stream {args.stream}, fresh the rest; "
         f"{args.rounds} rounds; {torch.get_num_threads()} threads; to {out}",
@@ -508,13 +525,14 @@ def simulate(args: argparse.Namespace) -> int:
     for scenario in scenarios:
         for seed in range(args.first_seed, args.first_seed + args.rounds):
             missing = args.missing if scenario == "missing" else 0
-            if (scenario, args.stream, missing, seed) in done:
+            todo = [m for m in methods if m.name not in done.get((scenario, args.stream, missing, seed), ())]
+            if not todo:
                 continue
             r = one_round(
                 base,
                 pool,
                 labels,
-                methods,
+                todo,
                 scenario=scenario,
                 seed=seed,
                 stream_n=args.stream,
@@ -525,8 +543,7 @@ def simulate(args: argparse.Namespace) -> int:
             with out.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(r) + "\n")
             fresh = " ".join(
-                f"{m.name} {100 * (r['methods'][m.name]['fresh'] - r['in_use']['fresh']):+.2f}"
-                for m in methods
+                f"{m.name} {100 * (r['methods'][m.name]['fresh'] - r['in_use']['fresh']):+.2f}" for m in todo
             )
             print(
                 f"  {scenario} seed {seed}: {r['corrections']} corrections, in use "

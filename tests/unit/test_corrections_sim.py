@@ -31,7 +31,8 @@ def test_methods_parse_their_penalty_and_weight() -> None:
     assert Method.parse("cv") == Method("cv", "cv", "1")
     assert Method.parse("keep-w5") == Method("keep-w5", "keep", "w5")
     assert Method.parse("cv-auto10") == Method("cv-auto10", "cv", "auto10")
-    for bad in ("fixed", "keep-w0", "keep-x5", "cv-auto", "keep-wfive"):
+    assert Method.parse("keep+confirmed") == Method("keep+confirmed", "keep", "1", confirmed=True)
+    for bad in ("fixed", "keep-w0", "keep-x5", "cv-auto", "keep-wfive", "keep+all"):
         with pytest.raises(SimError, match="unknown method"):
             Method.parse(bad)
 
