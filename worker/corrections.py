@@ -73,6 +73,12 @@ class CorrectionsOptions(RedisOptions):
         "(1: as one; docs/head.md, Corrections, measures the choice)",
         check=at_least(1),
     )
+    l2: str = option(
+        "in-use",
+        choices=("in-use", "cv"),
+        help="with --from-redis: the new head's L2 penalty: the head in use's (`in-use`; cross-validation "
+        "when there is none) or chosen again by cross-validation (`cv`)",
+    )
     force: bool = option(
         False,
         help="publish even when the publish gate finds the new head worse than the head in use",

@@ -17,7 +17,9 @@ the task's own prompt, with that question's labels; name the file in the questio
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
 base data (``--tickets`` when given, else the task's ``head_data``; a correction replaces the row with its
-id; ``--corrections-only``: the corrections alone). ``--publish`` first compares the new head with the one
+id; ``--corrections-only``: the corrections alone), at the L2 penalty of the head in use (``--l2 cv``:
+chosen again by cross-validation), each correction counting as one base row (``--correction-weight``):
+what measured best (docs/head.md, Corrections). ``--publish`` first compares the new head with the one
 the workers use, out of fold on the same tickets (:mod:`worker.gate`), and publishes it only if it is not
 worse (``--force``: anyway); every running worker loads it at its next drain, without a restart (see
 :mod:`worker.corrections`).
@@ -146,6 +148,11 @@ def run(ns: argparse.Namespace) -> int:
     if isinstance(engine, int):
         return engine
     engine = engine.asking(question)  # the question's labels; the task's prompt and pass
+    in_use = _head_in_use(engine, published) if store.from_redis or store.publish else None
+    # --l2 in-use: the new head keeps the penalty of the head in use, so that it differs from it by what
+    # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
+    own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None
+    l2 = float(own_l2) if store.from_redis and store.l2 == "in-use" and own_l2 else None
     texts = [it.text for it in items]
     recipe = Recipe.default(engine.n_layers)
     # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
@@ -170,6 +177,7 @@ def run(ns: argparse.Namespace) -> int:
                 features=x[picked],
                 auto_accuracy=auto_accuracy,
                 row_weight=None if weights is None else [weights[row] for row in picked],
+                l2=l2,
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -180,13 +188,14 @@ def run(ns: argparse.Namespace) -> int:
         "base_rows": len(picked) - len(corrected),
         "corrections": sorted(ids[row] for row in corrected),
         "correction_weight": weight,
+        "l2_from": "cv" if l2 is None else "in-use",
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
     if store.from_redis or store.publish:
         comparison = _gate(
             engine,
-            published,
+            in_use,
             texts,
             x,
             recipe,
@@ -228,9 +237,20 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
+    """(head, name, from_head_data) of the head the workers use (:func:`worker.gate.head_in_use`), None
+    when they run zero-shot, or why it cannot be read."""
+    from worker import gate
+
+    try:
+        return gate.head_in_use(engine, published)
+    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
+        return str(exc)
+
+
 def _gate(
     engine: Any,
-    published: tuple[str, bytes] | None,
+    found: tuple[Any, str, bool] | str | None,
     texts: list[str],
     x: Any,
     recipe: Any,
@@ -255,10 +275,8 @@ def _gate(
         reasons = [f"cannot compare it with the head in use: {why}"]
         return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
 
-    try:
-        found = gate.head_in_use(engine, published)
-    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
-        return unjudged("the task's head", str(exc))
+    if isinstance(found, str):
+        return unjudged("the task's head", found)
     if found is None:
         print("\npublish gate: no head in use (zero-shot): nothing to compare with")
         return None
@@ -374,8 +392,10 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     if t.get("cv_accuracy") is None:
         lines.append("cross-validation: skipped (a label has a single ticket); L2 1e-2")
         return "\n".join(lines)
+    kept = (t.get("data") or {}).get("l2_from") == "in-use"
     lines += [
-        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g})",
+        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g}"
+        + (", the head in use's)" if kept else ")"),
         "",
         *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
