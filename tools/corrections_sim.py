@@ -464,8 +464,8 @@ def table(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
         f"(mean of {len(runs)} rounds; {first['corrections']:.1f} corrections a round)",
         "",
         "| method | weight | L2 | fresh Δ (pts) | worse | corrected kind Δ | worse | other kinds Δ "
-        "| published by the gate |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| corrected label Δ | published by the gate |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in methods:
         s = summarize(runs, name)
@@ -474,7 +474,7 @@ def table(runs: Sequence[dict[str, Any]], methods: Sequence[str]) -> str:
             f"| {name} | {s['weight']:.1f} | {l2} | {_pp(s['fresh']['delta'], s['fresh']['ci'])} "
             f"| {s['fresh']['worse']}/{s['fresh']['n']} | {_pp(s['kind']['delta'], s['kind']['ci'])} "
             f"| {s['kind']['worse']}/{s['kind']['n']} | {_pp(s['other']['delta'], s['other']['ci'])} "
-            f"| {s['published']}/{s['rounds']} |"
+            f"| {_pp(s['top_label']['delta'], s['top_label']['ci'])} | {s['published']}/{s['rounds']} |"
         )
     return "\n".join(lines)
 
