@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from producer import config
 from producer.client import Client
-from producer.config import option
+from producer.config import at_least, option
 from producer.learning import Correction
 from producer.options import RedisOptions
 
@@ -66,6 +66,18 @@ class CorrectionsOptions(RedisOptions):
     corrections_only: bool = option(
         False,
         help="with --from-redis: train on the corrections alone, without the task's base data (head_data)",
+    )
+    correction_weight: float = option(
+        1.0,
+        help="with --from-redis: how many base rows each correction counts as when the head is fitted "
+        "(1: as one; docs/head.md, Corrections, measures the choice)",
+        check=at_least(1),
+    )
+    l2: str = option(
+        "in-use",
+        choices=("in-use", "cv"),
+        help="with --from-redis: the new head's L2 penalty: the head in use's (`in-use`; cross-validation "
+        "when there is none) or chosen again by cross-validation (`cv`)",
     )
     force: bool = option(
         False,

@@ -197,11 +197,13 @@ def _opt_float(value: Any) -> float | None:
 
 @dataclass
 class InUse:
-    """The head the workers use now, and which evidence rows it was trained on (None: not known)."""
+    """The head the workers use now, which evidence rows it was trained on (None: not known) and with what
+    weight each (None: all 1)."""
 
     head: Any  # worker.engine.head.Head
     name: str
     trained_on: list[bool] | None = None
+    weights: list[float] | None = None
 
 
 def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | None:
@@ -255,6 +257,19 @@ def rows_trained_on(
     ]
 
 
+def correction_weights(
+    training: dict[str, Any], ids: Sequence[str], corrected: Collection[int]
+) -> list[float] | None:
+    """The weight a head gave each evidence row when it learnt it, from its ``data`` record: its
+    ``correction_weight`` on the corrections it learnt, 1 elsewhere (None: all 1, as before weights)."""
+    data = training.get("data")
+    weight = data.get("correction_weight") if isinstance(data, dict) else None
+    if not isinstance(weight, (int, float)) or weight == 1:
+        return None
+    known = set(data.get("corrections") or []) if isinstance(data, dict) else set()
+    return [float(weight) if i in corrected and tid in known else 1.0 for i, tid in enumerate(ids)]
+
+
 def compare_with(
     in_use: InUse,
     engine: Any,
@@ -265,23 +280,29 @@ def compare_with(
     corrected: Collection[int],
     *,
     candidate_rows: Sequence[bool] | None = None,
+    candidate_weights: Sequence[float] | None = None,
     l2: float,
     seed: int,
 ) -> Comparison:
-    """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, at ``l2``)
-    against ``in_use`` on the same folds."""
+    """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
+    by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
+    side learns, never how it is judged: accuracy counts rows."""
     from worker.engine.fit import cross_predict
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    candidate = cross_predict(features, y, len(labels), l2=l2, fold=fold, train=candidate_rows)
+    candidate = cross_predict(
+        features, y, len(labels), l2=l2, fold=fold, train=candidate_rows, row_weight=candidate_weights
+    )
     method, current = "direct", None
     rows = in_use.trained_on
     if rows is not None and any(rows):
         try:
             own_l2 = float(in_use.head.training.get("l2") or l2)
-            current = cross_predict(features, y, len(labels), l2=own_l2, fold=fold, train=rows)
+            current = cross_predict(
+                features, y, len(labels), l2=own_l2, fold=fold, train=rows, row_weight=in_use.weights
+            )
             method = "refit"
         except ValueError:
             current = None  # a fold without its training rows: judge it by its own labels

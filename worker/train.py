@@ -22,7 +22,9 @@ task's ``recipe`` (the question's, with ``--question``), else the default. The f
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
 base data (``--tickets`` when given, else the task's ``head_data``; a correction replaces the row with its
-id; ``--corrections-only``: the corrections alone). ``--publish`` first compares the new head with the one
+id; ``--corrections-only``: the corrections alone), at the L2 penalty of the head in use (``--l2 cv``:
+chosen again by cross-validation), each correction counting as one base row (``--correction-weight``):
+what measured best (docs/head.md, Corrections). ``--publish`` first compares the new head with the one
 the workers use, out of fold on the same tickets (:mod:`worker.gate`), and publishes it only if it is not
 worse (``--force``: anyway); every running worker loads it at its next drain, without a restart (see
 :mod:`worker.corrections`).
@@ -104,6 +106,8 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("nowhere to put the head: give --out PATH, --publish, or both")
         if store.corrections_only and not store.from_redis:
             raise DataError("--corrections-only needs --from-redis")
+        if store.correction_weight != 1 and not store.from_redis:
+            raise DataError("--correction-weight needs --from-redis")
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
@@ -155,6 +159,11 @@ def run(ns: argparse.Namespace) -> int:
     if isinstance(engine, int):
         return engine
     engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass
+    in_use = _head_in_use(engine, published) if store.from_redis or store.publish else None
+    # --l2 in-use: the new head keeps the penalty of the head in use, so that it differs from it by what
+    # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
+    own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None
+    l2 = float(own_l2) if store.from_redis and store.l2 == "in-use" and own_l2 else None
     texts = [it.text for it in items]
     try:
         recipe = recipe_for(engine, args.recipe)
@@ -164,6 +173,9 @@ def run(ns: argparse.Namespace) -> int:
     # then the gate's evidence only)
     learn = [row in corrected or not store.corrections_only for row in range(len(items))]
     picked = [row for row, use in enumerate(learn) if use]
+    # each correction counts as --correction-weight base rows (None: all 1, today's fit exactly)
+    weight = store.correction_weight if corrected else 1.0
+    weights = None if weight == 1 else [weight if row in corrected else 1.0 for row in range(len(items))]
     start = time.perf_counter()
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
@@ -178,6 +190,8 @@ def run(ns: argparse.Namespace) -> int:
                 recipe=recipe,
                 features=x[picked],
                 auto_accuracy=auto_accuracy,
+                row_weight=None if weights is None else [weights[row] for row in picked],
+                l2=l2,
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -187,13 +201,15 @@ def run(ns: argparse.Namespace) -> int:
         "base_sha256": None if store.corrections_only else base_sha256,
         "base_rows": len(picked) - len(corrected),
         "corrections": sorted(ids[row] for row in corrected),
+        "correction_weight": weight,
+        "l2_from": "cv" if l2 is None else "in-use",
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
     if store.from_redis or store.publish:
         comparison = _gate(
             engine,
-            published,
+            in_use,
             texts,
             x,
             recipe,
@@ -205,6 +221,7 @@ def run(ns: argparse.Namespace) -> int:
             head,
             args,
             learn,
+            weights,
             store.force,
         )
         if comparison is not None:
@@ -234,9 +251,20 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
+    """(head, name, from_head_data) of the head the workers use (:func:`worker.gate.head_in_use`), None
+    when they run zero-shot, or why it cannot be read."""
+    from worker import gate
+
+    try:
+        return gate.head_in_use(engine, published)
+    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
+        return str(exc)
+
+
 def _gate(
     engine: Any,
-    published: tuple[str, bytes] | None,
+    found: tuple[Any, str, bool] | str | None,
     texts: list[str],
     x: Any,
     recipe: Any,
@@ -248,6 +276,7 @@ def _gate(
     head: Any,
     args: TrainOptions,
     learn: list[bool],
+    weights: list[float] | None,
     force: bool,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
@@ -260,10 +289,8 @@ def _gate(
         reasons = [f"cannot compare it with the head in use: {why}"]
         return gate.Comparison(len(labels), len(corrected), side, side, name, "none", reasons, force)
 
-    try:
-        found = gate.head_in_use(engine, published)
-    except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
-        return unjudged("the task's head", str(exc))
+    if isinstance(found, str):
+        return unjudged("the task's head", found)
     if found is None:
         print("\npublish gate: no head in use (zero-shot): nothing to compare with")
         return None
@@ -273,9 +300,10 @@ def _gate(
         from_head_data and base is not None and Path(base).resolve() == Path(engine.task.head_data).resolve()
     )
     rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
+    in_use = gate.InUse(current, name, rows, gate.correction_weights(current.training, ids, corrected))
     try:
         comparison = gate.compare_with(
-            gate.InUse(current, name, rows),
+            in_use,
             engine,
             texts,
             x,
@@ -283,6 +311,7 @@ def _gate(
             labels,
             corrected,
             candidate_rows=learn,
+            candidate_weights=weights,
             l2=head.training["l2"],
             seed=args.seed,
         )
@@ -377,13 +406,16 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     if t.get("cv_accuracy") is None:
         lines.append("cross-validation: skipped (a label has a single ticket); L2 1e-2")
         return "\n".join(lines)
+    kept = (t.get("data") or {}).get("l2_from") == "in-use"
     lines += [
-        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g})",
+        f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g}"
+        + (", the head in use's)" if kept else ")"),
         "",
         *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
     lines += calibration_lines(head)
     if "corrections_n" in t:
+        weight = (t.get("data") or {}).get("correction_weight", 1)
         before = t.get("corrections_accuracy_before")
         after = t.get("corrections_accuracy_after")
         lines += [
@@ -391,6 +423,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
             f"on the {t['corrections_n']} corrected tickets: the worker's labels were right on "
             + ("(unknown)" if before is None else f"{before:.1%}")
             + "; the new head, out of fold, on "
-            + ("(not cross-validated)" if after is None else f"{after:.1%}"),
+            + ("(not cross-validated)" if after is None else f"{after:.1%}")
+            + ("" if weight == 1 else f" (each correction weighted {weight:g})"),
         ]
     return "\n".join(lines)

@@ -322,6 +322,44 @@ def test_train_from_redis_corrections_and_publish(
     assert published.training["n"] == learnt["base_rows"] + 12 and published.name == version
 
 
+@pytest.mark.redis
+def test_train_from_redis_weights_corrections_and_records_it(
+    tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--correction-weight: each correction counts as that many base rows; the head records it, so the
+    publish gate can refit it the same way when it is the head in use."""
+    import redis
+
+    from producer.learning import Correction
+    from producer.protocol import Keys
+    from worker.cli import main
+
+    texts, labels = labelled(2)
+    r = redis.Redis.from_url(redis_url)
+    for i, (t, lab) in enumerate(zip(texts, labels, strict=True)):
+        r.hset(Keys(prefix).labels, f"c{i}", Correction(f"c{i}", lab, t, at=float(i)).to_json())
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    heads = {}
+    for run in (["--correction-weight", "1"], ["--correction-weight", "5"], ["--l2", "cv"]):
+        out = tmp_path / f"{run[1]}.head"
+        assert main(["train", *flags, "--from-redis", *run, "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert ("each correction weighted 5" in printed) == (run[1] == "5")
+        assert ("the head in use's)" in printed) == (run[1] != "cv")
+        assert "publish gate" in printed  # judged against the task's head, weights and all
+        heads[run[1]] = Head.load(out)
+    assert heads["5"].training["data"]["correction_weight"] == 5.0
+    assert heads["1"].training["data"]["correction_weight"] == 1.0
+    assert not torch.equal(heads["5"].weight, heads["1"].weight)  # the weight changed the fit
+    # by default the penalty is the head in use's (the task's head, trained by cross-validation); --l2 cv
+    # chooses it again
+    assert heads["1"].training["data"]["l2_from"] == "in-use"
+    assert heads["1"].training["l2"] == heads["5"].training["l2"]
+    assert heads["cv"].training["data"]["l2_from"] == "cv"
+    assert main(["train", *flags, "--tickets", "x.csv", "--correction-weight", "2", "--out", "y"]) == 2
+    assert "--correction-weight needs --from-redis" in capsys.readouterr().err
+
+
 def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:
     from worker.engine.options import EngineOptions
     from worker.engine.task import DEFAULT_TASK_PATH

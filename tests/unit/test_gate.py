@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from producer.learning import HeadVersion
-from worker.gate import MARGIN, Comparison, Side, judge, rows_trained_on
+from worker.gate import MARGIN, Comparison, Side, correction_weights, judge, rows_trained_on
 
 LABELS = ["billing", "technical", "account"]
 TRUTH = ["billing"] * 40 + ["technical"] * 40 + ["account"] * 20
@@ -67,6 +67,18 @@ def test_rows_trained_on_reads_the_data_record_of_a_published_head() -> None:
     other_base = {"data": {"base_sha256": "other", "corrections": []}}
     assert rows_trained_on(other_base, ids, corrected, "sha", own=False) is None
     assert rows_trained_on({}, ids, corrected, "sha", own=False) is None  # an older head: unknown
+
+
+def test_a_weighted_head_in_use_is_refitted_with_the_weights_it_learnt_with() -> None:
+    ids = ["b1", "b2", "c1", "c2"]
+    corrected = {2, 3}
+    record = {"data": {"base_sha256": "sha", "corrections": ["c1"], "correction_weight": 5.0}}
+    # its weight on the correction it learnt; the one it did not learn is not its training row anyway
+    assert correction_weights(record, ids, corrected) == [1.0, 1.0, 5.0, 1.0]
+    unweighted = {"data": {"base_sha256": "sha", "corrections": ["c1"], "correction_weight": 1}}
+    assert correction_weights(unweighted, ids, corrected) is None
+    assert correction_weights({"data": {"corrections": ["c1"]}}, ids, corrected) is None  # before weights
+    assert correction_weights({}, ids, corrected) is None
 
 
 def test_the_gate_summary_travels_in_the_heads_history_entry() -> None:

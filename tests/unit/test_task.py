@@ -118,7 +118,10 @@ def test_each_question_states_which_of_its_answers_need_review(tmp_path: Path) -
         ({"questions": {"q": {"labels": ["x", "y"], "review_below": 0.5, "auto_accuracy": 0.9}}}, "give one"),
         ({"questions": {"q": {"labels": ["x", "y"], "review_below": 1.0}}}, "question 'q': review_below"),
         ({"questions": {"q": {"labels": ["x", "y"], "auto_accuracy": "high"}}}, "must be a number"),
-        ({"questions": {"q": {"labels": ["x", "y"], "review": 0.5}}}, "use labels, head, head_data, recipe, review"),
+        (
+            {"questions": {"q": {"labels": ["x", "y"], "review": 0.5}}},
+            "use labels, head, head_data, recipe, review",
+        ),
         ({"zero_shot_temperature": 0}, "positive"),
         ({"zero_shot_temperature": -1.5}, "positive"),
         ({"zero_shot_temperature": True}, "must be a number"),

@@ -4,6 +4,11 @@ Features are standardized on the training set, the L2 penalty is chosen by strat
 cross-validation, and the standardization is folded into the returned weights, so applying the model
 is one ``features @ weight.T + bias``. The model is small (labels x hidden size) and convex to fit:
 a few hundred L-BFGS steps over a couple of thousand tickets take well under a second per fit.
+
+Rows may carry weights (``row_weight``): a row of weight ``w`` counts as ``w`` copies of it, in the loss
+(weighted mean cross-entropy) and in the standardization, so integer weights fit exactly what repeating the
+rows would. Accuracy is always counted on rows, unweighted: that is what a ticket stream sees. Without
+weights (None) every number is what it was before weights existed.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ class Fit:
     cv_logits: torch.Tensor | None = None  # (rows, classes) out-of-fold logits at the chosen l2
 
 
-def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights for standardized float64 ``x``: mean cross-entropy + l2 * |W|^2."""
+def _fit(
+    x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, row_weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights for standardized float64 ``x``: mean cross-entropy (``row_weight``-weighted) + l2 * |W|^2."""
+    share = None if row_weight is None else row_weight / row_weight.sum()
     w = torch.zeros(classes, x.shape[1], dtype=torch.float64, requires_grad=True)
     b = torch.zeros(classes, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.LBFGS(
@@ -47,7 +55,12 @@ def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[tor
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(x @ w.T + b, y) + l2 * (w * w).sum()
+        logits = x @ w.T + b
+        if share is None:
+            nll = torch.nn.functional.cross_entropy(logits, y)
+        else:
+            nll = (torch.nn.functional.cross_entropy(logits, y, reduction="none") * share).sum()
+        loss = nll + l2 * (w * w).sum()
         loss.backward()
         return loss
 
@@ -56,20 +69,30 @@ def _fit(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[tor
     return w.detach(), b.detach()
 
 
-def _standardize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-feature mean and spread. A feature whose spread is rounding noise on its size (a ``max``
-    pooling that every ticket takes at a token they all share) is constant: scaled to unit spread, its
-    noise would get a weight of up to 1/std, and the head's scores would turn on float32 rounding (the
-    packed pass and the reference differ there). Its spread is infinite, so it gets no weight."""
-    mean = x.mean(0)
-    std = x.std(0, unbiased=False)
+def _standardize(
+    x: torch.Tensor, row_weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature mean and spread (weighted by ``row_weight`` when given). A feature whose spread is
+    rounding noise on its size (a ``max`` pooling that every ticket takes at a token they all share) is
+    constant: scaled to unit spread, its noise would get a weight of up to 1/std, and the head's scores
+    would turn on float32 rounding (the packed pass and the reference differ there). Its spread is
+    infinite, so it gets no weight."""
+    if row_weight is None:
+        mean = x.mean(0)
+        std = x.std(0, unbiased=False)
+    else:
+        share = (row_weight / row_weight.sum())[:, None]
+        mean = (share * x).sum(0)
+        std = (share * (x - mean) ** 2).sum(0).sqrt()
     return mean, std.masked_fill(std <= NOISE * (mean.abs() + 1), float("inf"))
 
 
-def _train(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _train(
+    x: torch.Tensor, y: torch.Tensor, classes: int, l2: float, row_weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fit on raw float64 features; return weights that apply to raw features."""
-    mean, std = _standardize(x)
-    w, b = _fit((x - mean) / std, y, classes, l2)
+    mean, std = _standardize(x, row_weight)
+    w, b = _fit((x - mean) / std, y, classes, l2, row_weight)
     w_raw = w / std
     return w_raw, b - w_raw @ mean
 
@@ -87,6 +110,18 @@ def stratified_folds(y: Sequence[int], k: int, seed: int) -> list[int]:
     return fold
 
 
+def row_weights(weight: Sequence[float] | None, n: int) -> torch.Tensor | None:
+    """``weight`` as a float64 tensor, checked: one positive finite number per row (None stays None)."""
+    if weight is None:
+        return None
+    out = torch.tensor(list(weight), dtype=torch.float64)
+    if out.shape != (n,):
+        raise ValueError(f"{len(out)} row weights for {n} rows")
+    if not bool(torch.isfinite(out).all()) or bool((out <= 0).any()):
+        raise ValueError("row weights must be positive and finite")
+    return out
+
+
 def fit(
     features: torch.Tensor,
     y: Sequence[int],
@@ -96,11 +131,14 @@ def fit(
     grid: Sequence[float] = L2_GRID,
     folds: int = FOLDS,
     progress: Callable[[int, int], None] | None = None,
+    row_weight: Sequence[float] | None = None,
 ) -> Fit:
-    """Choose L2 by stratified ``folds``-fold CV (out-of-fold accuracy; ties go to the stronger penalty),
-    then fit on everything. ``progress(done, total)`` is called after each fit."""
+    """Choose L2 by stratified ``folds``-fold CV (out-of-fold accuracy on rows, unweighted; ties go to the
+    stronger penalty), then fit on everything. ``row_weight``: one weight per row, used by every fit
+    (None: all 1). ``progress(done, total)`` is called after each fit."""
     x = features.to(torch.float64).cpu()
     target = torch.tensor(list(y), dtype=torch.long)
+    rw = row_weights(row_weight, len(target))
     counts = torch.bincount(target, minlength=classes)
     k = min(folds, int(counts[counts > 0].min()))
     total, done = (len(grid) * k if k >= 2 else 0) + 1, 0
@@ -114,7 +152,7 @@ def fit(
             logits = torch.empty(len(target), classes, dtype=torch.float64)
             for f in range(k):
                 train, test = fold != f, fold == f
-                w, b = _train(x[train], target[train], classes, l2)
+                w, b = _train(x[train], target[train], classes, l2, None if rw is None else rw[train])
                 logits[test] = x[test] @ w.T + b
                 done += 1
                 if progress:
@@ -129,7 +167,7 @@ def fit(
         best = max(grid, key=lambda l2: (cv[l2], l2))
     else:
         best = 1e-2  # too few tickets to cross-validate: a middle-of-the-grid penalty
-    w, b = _train(x, target, classes, best)
+    w, b = _train(x, target, classes, best, rw)
     if progress:
         progress(total, total)
     return Fit(
@@ -153,12 +191,15 @@ def cross_predict(
     l2: float,
     fold: Sequence[int],
     train: Sequence[bool] | None = None,
+    row_weight: Sequence[float] | None = None,
 ) -> list[int]:
     """Out-of-fold predictions on given folds: each row predicted by a model fitted at ``l2`` on the rows
-    of the other folds that ``train`` selects (all of them when None). Two training sets judged on the
-    same folds and labels (the publish gate, :mod:`worker.gate`) compare fairly."""
+    of the other folds that ``train`` selects (all of them when None), weighted by ``row_weight`` (None:
+    all 1). Two training sets judged on the same folds and labels (the publish gate, :mod:`worker.gate`)
+    compare fairly."""
     x = features.to(torch.float64).cpu()
     target = torch.tensor(list(y), dtype=torch.long)
+    rw = row_weights(row_weight, len(target))
     folds = torch.tensor(list(fold), dtype=torch.long)
     use = torch.ones(len(target), dtype=torch.bool) if train is None else torch.tensor(list(train))
     predicted = torch.empty_like(target)
@@ -166,6 +207,6 @@ def cross_predict(
         rows, test = use & (folds != f), folds == f
         if not bool(rows.any()):
             raise ValueError(f"fold {f}: no training rows left")
-        w, b = _train(x[rows], target[rows], classes, l2)
+        w, b = _train(x[rows], target[rows], classes, l2, None if rw is None else rw[rows])
         predicted[test] = (x[test] @ w.T + b).argmax(1)
     return predicted.tolist()

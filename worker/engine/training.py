@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import fit
+from .fit import L2_GRID, fit
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
@@ -87,6 +87,8 @@ def train_head(
     corrected: Mapping[int, str | None] | None = None,
     features: torch.Tensor | None = None,
     auto_accuracy: float | None = None,
+    row_weight: Sequence[float] | None = None,
+    l2: float | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -100,7 +102,9 @@ def train_head(
     The temperature is fitted on the out-of-fold logits (tickets each fold did not train on), so the
     head's scores are calibrated probabilities; ``training["calibration"]`` records the out-of-fold ECE
     and risk-coverage at it. With ``auto_accuracy`` the head's ``review_below`` is the lowest confidence
-    whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``)."""
+    whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``).
+    ``row_weight``: one weight per ticket for the fit (:func:`.fit.fit`; None: all 1). ``l2``: the penalty,
+    instead of the one cross-validation chooses (the folds still give the out-of-fold numbers)."""
     if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
         raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
@@ -120,7 +124,13 @@ def train_head(
     present = [lab for lab in task_labels if lab in set(labels)]
     y = [present.index(lab) for lab in labels]
     result = fit(
-        x, y, len(present), seed=seed, progress=(lambda d, t: progress("fit", d, t)) if progress else None
+        x,
+        y,
+        len(present),
+        seed=seed,
+        progress=(lambda d, t: progress("fit", d, t)) if progress else None,
+        grid=L2_GRID if l2 is None else (l2,),
+        row_weight=row_weight,
     )
     temperature, review_below, calibration = 1.0, None, {}
     if result.cv_logits is not None:
