@@ -33,7 +33,7 @@ from producer.config import at_least, group, option
 from producer.exitcodes import Exit
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
-from worker.engine.calibration import BINS, TemperatureCheck, ece, format_report, risk_coverage
+from worker.engine.calibration import BINS, T_RANGE, TemperatureCheck, ece, format_report, risk_coverage
 from worker.engine.options import EngineOptions
 from worker.review import AccuracyOptions
 
@@ -179,6 +179,10 @@ class ZeroShotFit:
             "put in the task TOML (scores only: no label changes, heads still fit):",
             f"  zero_shot_temperature = {c.temperature:g}",
         ]
+        if c.temperature >= 0.99 * T_RANGE[1]:
+            out.insert(
+                1, "(the search's upper bound: these scores tell the labels apart hardly better than chance)"
+            )
         if self.auto_accuracy is None:
             return out
         if self.review_below is None:

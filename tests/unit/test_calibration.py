@@ -63,3 +63,23 @@ def test_fit_temperature_recovers_the_temperature_that_made_the_labels() -> None
     with pytest.raises(ValueError, match="do not fit"):
         fit_temperature(torch.zeros(3, 2), [0, 1])
     assert not math.isnan(fit_temperature(torch.zeros(4, 2), [0, 1, 0, 1]))
+
+
+def test_check_temperature_reports_the_ece_before_after_and_cross_fitted() -> None:
+    """What ``eval`` prints for zero-shot scores: labels drawn at T = 2 from logits scored at T = 1 are
+    over-confident; the fitted T repairs it in sample and on folds it was not fitted on."""
+    from worker.engine.calibration import check_temperature, confidences
+
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(3000, 4, generator=gen) * 3
+    y = torch.multinomial(torch.softmax(logits / 2.0, -1), 1, generator=gen).squeeze(1).tolist()
+    check = check_temperature(logits, y, current=1.0)
+    assert check.temperature == pytest.approx(2.0, rel=0.1) and check.folds == 5
+    assert check.ece_current > 0.1 and check.ece_fitted < 0.03 and check.ece_cross < 0.03
+    correct = (logits.argmax(1) == torch.tensor(y)).tolist()
+    assert check.ece_current == pytest.approx(ece(confidences(logits, 1.0), correct))
+    assert check_temperature(logits, y, current=check.temperature).ece_current == pytest.approx(
+        check.ece_fitted
+    )
+    tiny = check_temperature(logits[:3], y[:3])  # fewer rows than folds: one fold per row
+    assert tiny.folds == 3 and 0.0 <= tiny.ece_cross <= 1.0

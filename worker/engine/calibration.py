@@ -30,13 +30,14 @@ if TYPE_CHECKING:
 BINS = 15
 KEEP = (1.0, 0.9, 0.8, 0.7)  # fractions kept, most confident first
 TARGETS = (0.95, 0.98, 0.99)  # accuracies the coverage table asks for
+T_RANGE = (0.05, 20.0)  # where fit_temperature searches; at the top, the scores carry little information
 
 
 def fit_temperature(logits: torch.Tensor, y: Sequence[int] | torch.Tensor) -> float:
     """The temperature minimising the mean negative log-likelihood of ``softmax(logits / T)``.
 
     A one-dimensional convex problem in ``log T``: solved by golden-section search over T in
-    [0.05, 20], deterministic. Returns 1.0 for no rows."""
+    :data:`T_RANGE`, deterministic. Returns 1.0 for no rows."""
     import torch  # only here: the rest of the module is plain Python
 
     x = logits.detach().to(torch.float64)
@@ -49,7 +50,7 @@ def fit_temperature(logits: torch.Tensor, y: Sequence[int] | torch.Tensor) -> fl
     def nll(log_t: float) -> float:
         return float(torch.nn.functional.cross_entropy(x / math.exp(log_t), target))
 
-    lo, hi = math.log(0.05), math.log(20.0)
+    lo, hi = math.log(T_RANGE[0]), math.log(T_RANGE[1])
     ratio = (math.sqrt(5) - 1) / 2
     a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
     fa, fb = nll(a), nll(b)
