@@ -19,6 +19,7 @@ or on the Banking77 queries alone (no synthetic ticket). ::
     nice -n 10 python -m tools.corrections_sim extract            # ~15-30 min on 2 shared cores
     nice -n 10 python -m tools.corrections_sim simulate --scenarios full --rounds 30   # resumable
     python -m tools.corrections_sim report                                             # the tables
+    python -m tools.corrections_sim churn        # what one 150-ticket fresh set (the process test) can show
 
 Data building and the statistics are plain Python (tested without torch); torch comes with the fits.
 """
@@ -571,6 +572,51 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def churn(args: argparse.Namespace) -> int:
+    """What one small fresh set can show: per round of the ``full`` scenario, the fresh tickets whose
+    label the default method (``keep``: unweighted, the head in use's L2) changes, and how often a random
+    ``--sample``-ticket fresh set loses one ticket or more, two or more (what the process test, with one
+    150-ticket fresh set, can and cannot assert)."""
+    import random
+
+    import torch
+
+    from worker.engine.fit import _train, fit
+
+    torch.set_num_threads(args.threads)
+    cache = Path(args.cache)
+    base, labels = load(cache / "base.pt")
+    pool, _ = load(cache / "pool.pt", labels)
+    in_use = fit(base.x, base.y, len(labels), seed=0)
+    before = (pool.x @ in_use.weight.double().T + in_use.bias.double()).argmax(1).tolist()
+    changed, lose = [], [0, 0]
+    draws = 0
+    for seed in range(args.first_seed, args.first_seed + args.rounds):
+        order = list(range(len(pool.y)))
+        random.Random(seed).shuffle(order)
+        stream, fresh = order[: args.stream], order[args.stream :]
+        corrected = [i for i in stream if before[i] != pool.y[i]]
+        x = torch.cat([base.x, pool.x[corrected]])
+        y = torch.tensor(base.y + [pool.y[i] for i in corrected])
+        w, b = _train(x, y, len(labels), in_use.l2)
+        after = (pool.x @ w.T + b).argmax(1).tolist()
+        changed.append(sum(after[i] != before[i] for i in fresh) / len(fresh))
+        net = [int(after[i] == pool.y[i]) - int(before[i] == pool.y[i]) for i in fresh]
+        rng = random.Random(seed)
+        for _ in range(args.draws):
+            gained = sum(net[j] for j in rng.sample(range(len(net)), args.sample))
+            lose[0] += gained <= -1
+            lose[1] += gained <= -2
+            draws += 1
+    mean = 100 * sum(changed) / len(changed)
+    print(
+        f"full scenario, keep, {len(changed)} rounds: labels changed on {mean:.2f}% of fresh tickets "
+        f"(at most {100 * max(changed):.2f}%); a random {args.sample}-ticket fresh set loses >= 1 ticket "
+        f"in {100 * lose[0] / draws:.1f}% of draws, >= 2 in {100 * lose[1] / draws:.1f}%"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.corrections_sim", description=__doc__.split("\n")[0]
@@ -598,8 +644,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = sub.add_parser("report", help="the tables, from the rounds files")
     rep.add_argument("rounds_files", nargs="*", help="JSON Lines of rounds (default: the cache's *.jsonl)")
     rep.add_argument("--cache", default=str(CACHE))
+    ch = sub.add_parser("churn", help="how many fresh labels the default changes; what 150 tickets can show")
+    ch.add_argument("--cache", default=str(CACHE))
+    ch.add_argument("--rounds", type=int, default=30)
+    ch.add_argument("--first-seed", type=int, default=0)
+    ch.add_argument("--stream", type=int, default=150)
+    ch.add_argument("--sample", type=int, default=150, help="fresh tickets in one small set")
+    ch.add_argument("--draws", type=int, default=2000, help="small sets drawn per round")
+    ch.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    commands = {"extract": extract, "simulate": simulate, "report": report}
+    commands = {"extract": extract, "simulate": simulate, "report": report, "churn": churn}
     try:
         return commands[args.command](args)
     except SimError as exc:
