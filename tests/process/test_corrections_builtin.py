@@ -3,11 +3,12 @@
 A labelled stream of held-out tickets (real Banking77 *test* queries and seeded synthetic tickets, none of
 them in the head's training data) goes through the worker with the built-in head; its wrong labels are
 corrected with ``Client.label``; ``train --from-redis --publish`` trains on the task's base data plus the
-corrections, passes the publish gate and the worker loads the head without a restart. Fresh tickets of
-the same kind, never seen by either head, must be labelled as accurately as before, within what refitting
-alone changes, and so must the kind of ticket that was corrected (the label most corrections moved
-tickets to). Before the fix this
-loop trained on the corrections alone and fell from 90% to 49% on fresh tickets.
+corrections at the head in use's L2 penalty, passes the publish gate and the worker loads the head without
+a restart. Fresh tickets of the same kind, never seen by either head, must be labelled as accurately as
+before, to within two tickets, and so must the kind of ticket that was corrected (the label most corrections
+moved tickets to). Before the fix this loop trained on the corrections alone and fell from 90% to 49% on
+fresh tickets. One split of 150 + 150 tickets cannot show a gain of a few tenths of a point: the
+simulation over 30 splits does (``tools/corrections_sim.py``, docs/head.md, Corrections).
 
 Slow (the model runs on 2 CPU cores: a few minutes); the numbers are printed for docs/head.md.
 """
@@ -34,7 +35,11 @@ pytestmark = pytest.mark.model
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "worker" / "data"
 PER_SET = 75  # real and synthetic tickets in the stream, and again in the fresh set: 150 + 150
-NOISE = 0.02  # accuracy that refitting the head alone moves on 150 tickets (docs/head.md, Corrections)
+# One ticket of the 150 fresh ones. With the head in use's penalty kept, the new head changes the label of
+# 0.9% of fresh tickets; a random 150-ticket fresh set loses one ticket or more in 22% of draws, two or more
+# in 5% (`python -m tools.corrections_sim churn`), though over all fresh tickets it gains (docs/head.md,
+# Corrections). Before, a penalty chosen again moved the head by up to 3 tickets of 150 on its own.
+NOISE = 2 / (2 * PER_SET)  # two tickets: float32 rounding with other thread counts may flip one more
 
 
 def held_out() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -84,6 +89,7 @@ def test_corrections_make_the_builtin_router_better_on_fresh_tickets(
         print(done.stdout)
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"{len(wrong)} corrections from Redis + " in done.stdout  # the base data, not them alone
+        assert "the head in use's)" in done.stdout  # its L2 penalty kept, not chosen again
         assert "publish gate: candidate vs the head in use" in done.stdout
         assert "as version 1: running workers load it" in done.stdout
         history = client.head_versions()
@@ -117,8 +123,10 @@ def test_corrections_make_the_builtin_router_better_on_fresh_tickets(
         f"fresh {kind} after": accuracy(after, kind_ids),
     }
     print(numbers)
-    # Measured (docs/head.md, Corrections): 96.0% -> 94.7% fresh, 94.7% -> 93.0% on the corrected kind: seven
-    # corrections among 1,502 rows move the head less than refitting alone does. So no drop beyond NOISE
-    # (3 tickets of 150) is asserted, not a gain; the issue's corrections-only head (90% -> 49%) fails it far.
-    assert numbers["fresh after"] >= numbers["fresh before"] - NOISE, numbers
-    assert numbers[f"fresh {kind} after"] >= numbers[f"fresh {kind} before"] - 2 * NOISE, numbers
+    # Measured (docs/head.md, Corrections; float32 as --dtype auto chose): 7 corrections; fresh 96.0% ->
+    # 95.3%, technical (where 5 of the 7 went) 94.7% -> 93.0%: one ticket each. No drop beyond two tickets is
+    # asserted, on the fresh set and on the corrected kind; the issue's corrections-only head (90% -> 49%)
+    # fails it by far.
+    assert numbers["fresh after"] >= numbers["fresh before"] - NOISE - 1e-9, numbers
+    kind_noise = 2 / len(kind_ids)
+    assert numbers[f"fresh {kind} after"] >= numbers[f"fresh {kind} before"] - kind_noise - 1e-9, numbers
