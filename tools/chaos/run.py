@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -289,11 +289,24 @@ def _canary(seed: int, n: int) -> bytes:
     return f'{{"id": "canary-{n}", "text": "after the chaos: my invoice {seed}-{n} is wrong"}}'.encode()
 
 
+# One atomic look at the input and every in-flight list. Read one key after another, a recovery that
+# moves a dead worker's claim back to the input between the two reads would look like "all done".
+# KEYS inside a script: fine for the harness's own standalone server, never used by workers.
+_UNSETTLED = """
+local n = redis.call('LLEN', KEYS[1])
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('LLEN', k) end
+return n
+"""
+
+
+def unsettled(r: redis.Redis, keys: Keys) -> int:
+    """Payloads waiting or in flight, counted in one atomic step (0: everything pushed has ended)."""
+    return int(cast(int, r.eval(_UNSETTLED, 1, keys.tickets, keys.inflight("*"))))
+
+
 def _settled(r: redis.Redis, keys: Keys) -> bool:
     """Nothing waiting and nothing in flight: dead workers' claims are recovered only after their TTL."""
-    if r.llen(keys.tickets):
-        return False
-    return not any(r.llen(k) for k in r.scan_iter(match=keys.inflight("*"), count=1000))
+    return unsettled(r, keys) == 0
 
 
 def _wait(condition: Callable[[], object], timeout: float, *, twice: bool = False) -> bool:
