@@ -69,6 +69,18 @@ class TrainOptions:
         metavar="SPEC",
         parse=Recipe.parse,
     )
+    label_names: bool = option(
+        False,
+        help="also learn each label's name as one example of it (card_arrival reads 'card arrival'): "
+        "for names that say what they mean (docs/head.md, Beyond the labelled tickets)",
+    )
+    unlabeled: str | None = option(
+        None,
+        help="tickets without labels (JSONL or CSV with id,text; labels ignored) to self-train on: the "
+        "head labels them, keeps the more confident half at 0.3 of a labelled ticket's weight, fits again, "
+        "twice (docs/head.md, Beyond the labelled tickets)",
+        metavar="FILE",
+    )
     accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
@@ -108,6 +120,12 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("--corrections-only needs --from-redis")
         if store.correction_weight != 1 and not store.from_redis:
             raise DataError("--correction-weight needs --from-redis")
+        if (args.label_names or args.unlabeled) and (store.from_redis or store.publish):
+            raise DataError(
+                "--label-names and --unlabeled do not combine with --from-redis or --publish: the publish "
+                "gate refits heads from labelled tickets only"
+            )
+        free = [it.text for it in read_items(args.unlabeled)] if args.unlabeled else []
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
@@ -152,6 +170,7 @@ def run(ns: argparse.Namespace) -> int:
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
+    from worker.engine.beyond import name_text
     from worker.engine.training import recipe_for, train_head
     from worker.evaluate import load_engine
 
@@ -179,6 +198,12 @@ def run(ns: argparse.Namespace) -> int:
     start = time.perf_counter()
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
+        names = None
+        if args.label_names:
+            names = engine.features([name_text(lab) for lab in engine.task.labels], recipe)[0]
+        free_x = None
+        if free:
+            free_x = engine.features(free, recipe, progress=_counter(progress, len(free), "unlabeled"))[0]
         try:
             head = train_head(
                 engine,
@@ -192,6 +217,8 @@ def run(ns: argparse.Namespace) -> int:
                 auto_accuracy=auto_accuracy,
                 row_weight=None if weights is None else [weights[row] for row in picked],
                 l2=l2,
+                names=names,
+                unlabeled=free_x,
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -203,6 +230,7 @@ def run(ns: argparse.Namespace) -> int:
         "corrections": sorted(ids[row] for row in corrected),
         "correction_weight": weight,
         "l2_from": "cv" if l2 is None else "in-use",
+        "unlabeled": Path(args.unlabeled).name if args.unlabeled else None,
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
@@ -322,13 +350,13 @@ def _gate(
     return comparison
 
 
-def _counter(progress: Progress, total: int) -> Any:
+def _counter(progress: Progress, total: int, stage: str = "features") -> Any:
     done = 0
 
     def step(n: int) -> None:
         nonlocal done
         done += n
-        progress("features", done, total)
+        progress(stage, done, total)
 
     return step
 
@@ -414,6 +442,18 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
         *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
     ]
     lines += calibration_lines(head)
+    if t.get("beyond"):
+        b = t["beyond"]
+        added = [f"{b['label_names']} label names"] if "label_names" in b else []
+        if "unlabeled" in b:
+            added.append(
+                f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
+                f"({b['rounds']} rounds, weight {b['pseudo_weight']:g})"
+            )
+        lines += [
+            "",
+            f"also learnt from: {'; '.join(added)} (not in the numbers above: labelled tickets only)",
+        ]
     if "corrections_n" in t:
         weight = (t.get("data") or {}).get("correction_weight", 1)
         before = t.get("corrections_accuracy_before")

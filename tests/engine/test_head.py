@@ -199,6 +199,37 @@ def test_train_command_writes_a_head_and_prints_cv(
     assert head.training["n"] == 18 and head.id in printed
 
 
+def test_train_learns_label_names_and_unlabelled_tickets_on_request(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    texts, labels = labelled(6)
+    rows = [f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(zip(texts, labels, strict=True))]
+    (tmp_path / "t.csv").write_text("\n".join(["id,text,label", *rows]) + "\n")
+    free = [f'u{i},"{t} (again, {i})"' for i, t in enumerate(texts * 2)]
+    (tmp_path / "free.csv").write_text("\n".join(["id,text", *free]) + "\n")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--tickets", str(tmp_path / "t.csv")]
+    out = tmp_path / "beyond.head"
+    extra = ["--label-names", "--unlabeled", str(tmp_path / "free.csv")]
+    assert main(["train", *flags, *extra, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    head = Head.load(out)
+    beyond = head.training["beyond"]
+    assert beyond["label_names"] == len(head.labels) and beyond["unlabeled"] == len(free)
+    assert 0 < beyond["pseudo_labelled"] <= len(free)
+    assert head.training["data"]["unlabeled"] == "free.csv" and head.training["n"] == len(rows)
+    assert f"also learnt from: {len(head.labels)} label names; " in printed
+    plain = tmp_path / "plain.head"
+    assert main(["train", *flags, "--out", str(plain)]) == 0
+    base = Head.load(plain)
+    assert "beyond" not in base.training and base.training["cv_accuracy"] == head.training["cv_accuracy"]
+    assert not torch.equal(base.weight, head.weight)  # the same cross-validation, another final fit
+    capsys.readouterr()
+    assert main(["train", *flags, *extra, "--from-redis", "--out", str(tmp_path / "x")]) == 2
+    assert "do not combine with --from-redis" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("pool", [MEAN, LAST])
 def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
     """Packed, prefix-cached, stopped early: the same numbers as the whole prompt run alone."""

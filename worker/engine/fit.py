@@ -97,6 +97,20 @@ def _train(
     return w_raw, b - w_raw @ mean
 
 
+def fit_at(
+    features: torch.Tensor,
+    y: Sequence[int],
+    classes: int,
+    l2: float,
+    row_weight: Sequence[float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One fit at a given penalty, no cross-validation: (weight, bias) as float32, for raw features."""
+    x = features.to(torch.float64).cpu()
+    target = torch.tensor(list(y), dtype=torch.long)
+    w, b = _train(x, target, classes, l2, row_weights(row_weight, len(target)))
+    return w.float(), b.float()
+
+
 def stratified_folds(y: Sequence[int], k: int, seed: int) -> list[int]:
     """Fold number per row: each class shuffled (seeded) and dealt round-robin across ``k`` folds."""
     gen = torch.Generator().manual_seed(seed)

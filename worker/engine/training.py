@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
 from .fit import L2_GRID, fit
 from .head import Head, HeadError, Identity, digest
@@ -89,6 +90,8 @@ def train_head(
     auto_accuracy: float | None = None,
     row_weight: Sequence[float] | None = None,
     l2: float | None = None,
+    names: torch.Tensor | None = None,
+    unlabeled: torch.Tensor | None = None,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -104,7 +107,11 @@ def train_head(
     and risk-coverage at it. With ``auto_accuracy`` the head's ``review_below`` is the lowest confidence
     whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``).
     ``row_weight``: one weight per ticket for the fit (:func:`.fit.fit`; None: all 1). ``l2``: the penalty,
-    instead of the one cross-validation chooses (the folds still give the out-of-fold numbers)."""
+    instead of the one cross-validation chooses (the folds still give the out-of-fold numbers).
+
+    ``names`` (features of :func:`.beyond.name_text` of every task label, in the task's order) and
+    ``unlabeled`` (features of tickets without labels) are learnt from after the cross-validation, at the
+    penalty it chose (:mod:`.beyond`); ``training["beyond"]`` records what they added."""
     if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
         raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
@@ -147,10 +154,23 @@ def train_head(
             review_below = 1.0 if threshold is None else threshold
     elif auto_accuracy is not None:
         raise TrainingError("auto_accuracy needs cross-validation: at least two tickets of every label")
+    rows = torch.tensor([task_labels.index(lab) for lab in present])
+    learnt, bias_learnt = result.weight, result.bias
+    beyond_info: dict[str, Any] = {}
+    if names is not None or unlabeled is not None:
+        learnt, bias_learnt, beyond_info = beyond.refit(
+            x,
+            y,
+            len(present),
+            result.l2,
+            first=(learnt, bias_learnt),
+            row_weight=row_weight,
+            names=None if names is None else names[rows],
+            unlabeled=unlabeled,
+        )
     weight = torch.zeros(len(task_labels), x.shape[1])
     bias = torch.full((len(task_labels),), _ABSENT)
-    rows = torch.tensor([task_labels.index(lab) for lab in present])
-    weight[rows], bias[rows] = result.weight, result.bias
+    weight[rows], bias[rows] = learnt, bias_learnt
     ident = engine.identity
     counts = Counter(labels)
     return Head(
@@ -177,6 +197,7 @@ def train_head(
             "ticketq_version": _version(),
             **_on_corrections(corrected or {}, labels, present, result.cv_predicted),
             **calibration,
+            **({"beyond": beyond_info} if beyond_info else {}),
         },
     )
 

@@ -1,0 +1,81 @@
+"""Learning from more than the labelled tickets: the labels' own names, and tickets nobody labelled.
+
+With ten labelled tickets per label, a head over frozen hidden states sees each label through ten points.
+Two cheap additions measured to help on fine-grained label sets (docs/head.md, "Beyond the labelled
+tickets"), both opt-in (``ticketq-worker train --label-names --unlabeled FILE``):
+
+- **label names**: each label's name read as text (``card_arrival`` -> ``card arrival``) joins the training
+  rows as one example of its label. For taxonomies whose names say what they mean; a set named ``A``,
+  ``B``, ``cat_17`` gains nothing from it.
+- **self-training**: tickets without labels (a day of the stream, say) are labelled by the head, the more
+  confident half (:data:`KEEP`) is kept, each such ticket counting :data:`PSEUDO_WEIGHT` of a labelled
+  one, and the head is fitted again, :data:`ROUNDS` times.
+
+Neither takes part in the cross-validation: the L2 penalty, the out-of-fold accuracy, the confusion and the
+temperature are the labelled tickets' own, so what ``train`` prints is never flattered by either. The
+constants were set once, before measuring, and not tuned on the test split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .fit import fit_at
+
+ROUNDS = 2
+KEEP = 0.5  # the share of the unlabelled tickets kept each round: the most confident ones
+PSEUDO_WEIGHT = 0.3  # one kept ticket counts this much of a labelled one
+
+
+def name_text(label: str) -> str:
+    """A label's name as a ticket would say it: underscores and hyphens read as spaces."""
+    return " ".join(label.replace("_", " ").replace("-", " ").split())
+
+
+def refit(
+    x: torch.Tensor,
+    y: Sequence[int],
+    classes: int,
+    l2: float,
+    *,
+    first: tuple[torch.Tensor, torch.Tensor],
+    row_weight: Sequence[float] | None = None,
+    names: torch.Tensor | None = None,
+    unlabeled: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """The head's (weight, bias) fitted at ``l2`` on the labelled rows plus the extras, and what was added.
+
+    ``first``: the labelled-only fit (used as is when only ``unlabeled`` is given); ``names``: one feature row
+    per class, in class order; ``unlabeled``: features of tickets without labels."""
+    rows, targets = [x], list(y)
+    weights = [1.0] * len(targets) if row_weight is None else [float(w) for w in row_weight]
+    info: dict[str, Any] = {}
+    weight, bias = first
+    if names is not None:
+        if names.shape[0] != classes:
+            raise ValueError(f"{names.shape[0]} label-name rows for {classes} labels")
+        rows.append(names)
+        targets += range(classes)
+        weights += [1.0] * classes
+        info["label_names"] = classes
+    known = torch.cat(rows)
+    if names is not None:
+        weight, bias = fit_at(known, targets, classes, l2, weights)
+    if unlabeled is not None and len(unlabeled):
+        free = unlabeled.float()
+        for _ in range(ROUNDS):
+            confidence, guess = torch.softmax(free @ weight.T + bias, -1).max(1)
+            kept = confidence >= torch.quantile(confidence, 1.0 - KEEP)
+            n = int(kept.sum())
+            weight, bias = fit_at(
+                torch.cat([known, free[kept].to(known.dtype)]),
+                targets + guess[kept].tolist(),
+                classes,
+                l2,
+                weights + [PSEUDO_WEIGHT] * n,
+            )
+        info.update(unlabeled=len(free), pseudo_labelled=n, rounds=ROUNDS, pseudo_weight=PSEUDO_WEIGHT)
+    return weight, bias, info
