@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from producer.exitcodes import Exit
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.calibration import BINS, T_RANGE, TemperatureCheck, ece, format_report, risk_coverage
-from worker.engine.options import EngineOptions
+from worker.engine.options import NO_HEAD, EngineOptions, is_no_head
 from worker.review import AccuracyOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
@@ -120,14 +120,13 @@ def run(ns: argparse.Namespace) -> int:
     except (ValueError, DataError, TaskError) as exc:
         print(f"ticketq-worker eval: {exc}", file=sys.stderr)
         return Exit.CONFIG
-    engine = load_engine("eval", options)
+    if question is None:
+        engine = load_engine("eval", options)
+    else:  # the question's head alone: the same features as asked with the rest
+        loaded = load_asking("eval", options, question)
+        engine = loaded if isinstance(loaded, int) else loaded[1]
     if isinstance(engine, int):
         return engine
-    if question is not None:  # the question's head alone: the same features as asked with the rest
-        engine = engine.asking(question)
-        if engine.head is None:
-            print(f"ticketq-worker eval: question {question!r} has no head", file=sys.stderr)
-            return Exit.CONFIG
     truth = [it.label or "" for it in items]
     predicted, seconds, confidence, logprobs = _classify(engine, items)
     scores = score(labels, truth, predicted)
@@ -253,6 +252,31 @@ def load_engine(command: str, options: EngineOptions, *, questions: bool = True)
     except (HeadError, ModelError) as exc:
         print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
         return Exit.CONFIG if isinstance(exc, HeadError) else Exit.FAILED
+
+
+def load_asking(command: str, options: EngineOptions, question: str) -> Any:
+    """(engine, the engine asking ``question`` alone) for an operator command, or its exit status.
+
+    ``--head FILE`` is then that question's head, not the primary's: the task's other heads are neither
+    loaded nor trained (the pass and the prompt are the same). Without it, the question's own (``head`` or
+    ``head_data`` in its table); a question with no head is a configuration error (exit 2)."""
+    from worker.engine.head import Head, HeadError
+
+    own = None if options.head is None or is_no_head(options.head) else options.head
+    engine = load_engine(command, replace(options, head=NO_HEAD) if own else options, questions=own is None)
+    if isinstance(engine, int):
+        return engine
+    try:
+        asked = engine.asking(question)
+        if own:
+            asked.use_head(Head.load(own))
+    except HeadError as exc:
+        print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
+        return Exit.CONFIG
+    if asked.head is None:
+        print(f"ticketq-worker {command}: question {question!r} has no head", file=sys.stderr)
+        return Exit.CONFIG
+    return engine, asked
 
 
 def head_log(command: str) -> Any:

@@ -65,9 +65,16 @@ def run(ns: argparse.Namespace) -> int:
     except ValueError as exc:  # bad engine options or task, or a tickets file that cannot be used
         print(f"ticketq-worker verify: {exc}", file=sys.stderr)
         return Exit.CONFIG
-    from worker.evaluate import load_engine
+    from worker.evaluate import load_asking, load_engine
 
-    engine = load_engine("verify", options, questions=question is not None)
+    asked = None
+    if question is None:
+        engine = load_engine("verify", options, questions=False)
+    else:
+        loaded = load_asking("verify", options, question)
+        if isinstance(loaded, int):
+            return loaded
+        engine, asked = loaded
     if isinstance(engine, int):
         return engine
     loaded, task = engine.loaded, engine.task
@@ -78,11 +85,7 @@ def run(ns: argparse.Namespace) -> int:
         f"{torch.get_num_threads()} threads"
     )
     exact = loaded.dtype == torch.float32
-    if question is not None:
-        asked = engine.asking(question)
-        if asked.head is None:
-            print(f"ticketq-worker verify: question {question!r} has no head", file=sys.stderr)
-            return Exit.CONFIG
+    if asked is not None:
         print(f"question {question}: its head only (zero-shot scoring answers the primary question)")
         if _verify_head(asked, reference, texts, exact):
             return Exit.FAILED

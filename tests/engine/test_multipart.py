@@ -294,3 +294,39 @@ def test_a_question_without_a_head_is_refused_by_verify(
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "ticketq-worker verify: question 'topic' has no head"
     )
+
+
+def test_eval_and_verify_take_a_questions_head_from_head(
+    tiny_dir: Path, rich_head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --question, --head FILE is that question's head (a task may name none for it), trained by
+    ``train --question``; a head for another label set is refused in one line."""
+    from worker.cli import main
+
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8").replace('head_data = "../data/head_train.csv"', "")
+    # the primary's labels in another order: another label set, which the primary's heads do not fit
+    text += f"\n[questions.topic]\nlabels = {json.dumps(list(WORDS)[::-1])}\n"
+    (tmp_path / "task.toml").write_text(text, encoding="utf-8")
+    texts, labels = labelled(4)
+    rows = [f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(zip(texts, labels, strict=True))]
+    (tmp_path / "t.csv").write_text("\n".join(["id,text,label", *rows]) + "\n")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--task", str(tmp_path / "task.toml")]
+    asked = [*flags, "--question", "topic"]
+    out = tmp_path / "topic.head"
+    assert main(["train", *asked, "--tickets", str(tmp_path / "t.csv"), "--out", str(out)]) == 0
+    topic = Head.load(out)
+    capsys.readouterr()
+    assert (
+        main(["verify", *asked, "--head", str(out), "--tickets", str(tmp_path / "t.csv"), "--limit", "4"])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "question topic: its head only" in printed and printed.rstrip().endswith("OK")
+    assert main(["eval", *asked, "--head", str(out), "--tickets", str(tmp_path / "t.csv")]) == 0
+    assert f"head {topic.id}" in capsys.readouterr().out
+    # a head trained for the primary question (its labels in their order) does not fit this question
+    rich_head.save(tmp_path / "other.head")
+    other = ["--head", str(tmp_path / "other.head"), "--tickets", str(tmp_path / "t.csv")]
+    assert main(["eval", *asked, *other]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ticketq-worker eval: head ")
