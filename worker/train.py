@@ -452,7 +452,8 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
             )
         lines += [
             "",
-            f"also learnt from: {'; '.join(added)} (not in the numbers above: labelled tickets only)",
+            f"also learnt from: {'; '.join(added)}",
+            "(the cross-validated numbers above are the labelled tickets' alone)",
         ]
     if "corrections_n" in t:
         weight = (t.get("data") or {}).get("correction_weight", 1)
