@@ -125,12 +125,18 @@ def run(ns: argparse.Namespace) -> int:
                 "--label-names and --unlabeled do not combine with --from-redis or --publish: the publish "
                 "gate refits heads from labelled tickets only"
             )
-        free = [it.text for it in read_items(args.unlabeled)] if args.unlabeled else []
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
         asked = task.get_question(question)
         head_data = task.head_data if asked is None else asked.head_data
+        # the flags, else the asked question's keys (label_names, unlabeled_data); the gate of
+        # --from-redis/--publish refits from labelled tickets, so there the keys are not used
+        use_keys = not (store.from_redis or store.publish)
+        declared = task if asked is None else asked
+        label_names = args.label_names or (use_keys and declared.label_names)
+        unlabeled = args.unlabeled or (declared.unlabeled_data if use_keys else None)
+        free = [it.text for it in read_items(unlabeled)] if unlabeled else []
         base = args.tickets
         if store.from_redis:
             base = corrections.base_source(args.tickets, head_data, store.corrections_only)
@@ -199,7 +205,7 @@ def run(ns: argparse.Namespace) -> int:
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
         names = None
-        if args.label_names:
+        if label_names:
             names = engine.features([name_text(lab) for lab in engine.task.labels], recipe)[0]
         free_x = None
         if free:
@@ -230,7 +236,7 @@ def run(ns: argparse.Namespace) -> int:
         "corrections": sorted(ids[row] for row in corrected),
         "correction_weight": weight,
         "l2_from": "cv" if l2 is None else "in-use",
-        "unlabeled": Path(args.unlabeled).name if args.unlabeled else None,
+        "unlabeled": Path(unlabeled).name if unlabeled else None,
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None

@@ -56,11 +56,15 @@ def test_the_example_answers_team_and_intent_through_the_worker(
     smollm2_f32: LoadedModel, tmp_path: Path, redis_url: str, keys: Keys
 ) -> None:
     shutil.copy(EXAMPLE / "task.toml", tmp_path / "task.toml")
-    counts = builder().build(BANKING77, tmp_path / "data", per_intent=1, seed=21, test_limit=1)  # type: ignore[attr-defined]
-    assert counts == {"train": 77, "test": 77, "intents": 77}
+    build = builder().build  # type: ignore[attr-defined]
+    counts = build(BANKING77, tmp_path / "data", per_intent=1, seed=21, test_limit=1, unlabeled_limit=1)
+    assert counts == {"train": 77, "test": 77, "unlabeled": 77, "intents": 77}
     engine = Engine(smollm2_f32, load_task(tmp_path / "task.toml"))
     engine.resolve_heads()  # both heads trained from the example's head_data (then cached)
     assert engine.head is not None and set(engine.answer_heads) == {"intent"}
+    # the intent head learnt the 77 names and self-trained on the unlabelled rows, as task.toml declares
+    assert engine.answer_heads["intent"].training["beyond"]["label_names"] == 77
+    assert engine.answer_heads["intent"].training["beyond"]["unlabeled"] == 77
     rows = (tmp_path / "data" / "intent_test.csv").read_text().splitlines()[1:9]
     texts = [row.split(",", 1)[1].rsplit(",", 1)[0].strip('"') for row in rows]
     r = connect(redis_url)

@@ -228,6 +228,17 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     capsys.readouterr()
     assert main(["train", *flags, *extra, "--from-redis", "--out", str(tmp_path / "x")]) == 2
     assert "do not combine with --from-redis" in capsys.readouterr().err
+    # declared once in the task file, the keys are train's defaults
+    from worker.engine.task import DEFAULT_TASK_PATH
+
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8").replace('head_data = "../data/head_train.csv"', "")
+    (tmp_path / "task.toml").write_text('label_names = true\nunlabeled_data = "free.csv"\n' + text)
+    keyed = tmp_path / "keyed.head"
+    assert main(["train", *flags, "--task", str(tmp_path / "task.toml"), "--out", str(keyed)]) == 0
+    declared = Head.load(keyed).training
+    assert (
+        declared["beyond"]["label_names"] == len(head.labels) and declared["data"]["unlabeled"] == "free.csv"
+    )
 
 
 @pytest.mark.parametrize("pool", [MEAN, LAST])

@@ -330,3 +330,27 @@ def test_eval_and_verify_take_a_questions_head_from_head(
     assert main(["eval", *asked, *other]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ticketq-worker eval: head ")
+
+
+def test_a_head_data_head_learns_the_label_names_and_unlabeled_data_its_task_declares(
+    tiny_dir: Path, rich_head: Head, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.engine.options import EngineOptions
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path / "cache"))
+    task = _question_task(tmp_path, rich_head)
+    texts, _ = labelled(3)
+    (tmp_path / "stream.csv").write_text(
+        "\n".join(["id,text", *(f'u{i},"{t} again"' for i, t in enumerate(texts))]) + "\n"
+    )
+    plain = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert "beyond" not in plain.answer_heads["urgency"].training
+    task.write_text(task.read_text() + 'label_names = true\nunlabeled_data = "stream.csv"\n')
+    rich = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    head = rich.answer_heads["urgency"]
+    assert head.training["beyond"]["label_names"] == 2 and head.training["beyond"]["unlabeled"] == len(texts)
+    assert head.id != plain.answer_heads["urgency"].id  # another head, in its own cache entry
+    assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
+    again = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert again.answer_heads["urgency"].id == head.id  # read from the cache, not trained again
+    assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2

@@ -135,3 +135,35 @@ def test_each_question_states_which_of_its_answers_need_review(tmp_path: Path) -
 def test_bad_review_keys_are_refused_with_the_reason(data: dict, message: str) -> None:
     with pytest.raises(TaskError, match=message):
         Task.from_dict({"labels": ["p", "q"]} | data)
+
+
+def test_label_names_and_unlabeled_data_are_read_per_question_beside_the_task_file(tmp_path: Path) -> None:
+    """Issue 21: what a head_data head also learns from, declared once in the task (train's defaults)."""
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'labels = ["billing", "other"]\nhead_data = "team.csv"\nlabel_names = true\n'
+        '[questions.intent]\nlabels = ["lost_card", "refund"]\nhead_data = "intent.csv"\n'
+        'label_names = true\nunlabeled_data = "stream.csv"\n'
+        '[questions.urgency]\nlabels = ["high", "low"]\nhead_data = "urgency.csv"\n'
+    )
+    task = load_task(path)
+    intent, urgency = task.questions
+    assert (task.label_names, task.unlabeled_data) == (True, None)
+    assert (intent.label_names, intent.unlabeled_data) == (True, str(tmp_path / "stream.csv"))
+    assert (urgency.label_names, urgency.unlabeled_data) == (False, None)
+    assert (load_task().label_names, load_task().unlabeled_data) == (False, None)  # off unless asked
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"label_names": "yes"}, "label_names must be true or false"),
+        ({"unlabeled_data": 3}, "unlabeled_data must be a file name"),
+        ({"questions": {"q": {"labels": ["x", "y"], "label_names": 1}}}, "question 'q': label_names"),
+        ({"questions": {"q": {"labels": ["x", "y"], "unlabeled_data": " "}}}, "question 'q': unlabeled_data"),
+        ({"questions": {"q": {"labels": ["x", "y"], "unlabelled_data": "f"}}}, "label_names, unlabeled_data"),
+    ],
+)
+def test_bad_learning_keys_are_refused_with_the_reason(data: dict, message: str) -> None:
+    with pytest.raises(TaskError, match=message):
+        Task.from_dict({"labels": ["p", "q"]} | data)

@@ -127,6 +127,8 @@ class Engine:
             recipe=q.recipe,
             review_below=q.review_below,
             auto_accuracy=q.auto_accuracy,
+            label_names=q.label_names,
+            unlabeled_data=q.unlabeled_data,
         )
         alone.prior = None
         alone.head = self.answer_heads.get(q.name)

@@ -46,7 +46,16 @@ ROUTE_SEP = ":"  # a route "intent:lost_card" is the label lost_card of the ques
 
 
 # The keys a [questions.NAME] table may have; anything else is refused as a typo.
-QUESTION_KEYS = ("labels", "head", "head_data", "recipe", "review_below", "auto_accuracy")
+QUESTION_KEYS = (
+    "labels",
+    "head",
+    "head_data",
+    "recipe",
+    "review_below",
+    "auto_accuracy",
+    "label_names",
+    "unlabeled_data",
+)
 
 
 class TaskError(ValueError):
@@ -89,6 +98,9 @@ class Question:
     # Which of its answers need review, as the task's own keys do for the primary (worker/review.py).
     review_below: float | None = None
     auto_accuracy: float | None = None
+    # What its head_data head also learns from (worker/engine/beyond.py), as the task's own keys say.
+    label_names: bool = False
+    unlabeled_data: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
@@ -130,6 +142,10 @@ class Task:
     # Zero-shot scores are softmax((label log-probabilities - prior) / this): fitted by ``eval`` so they
     # are calibrated probabilities. Never changes a decision; a head's scores use the head's own.
     zero_shot_temperature: float = 1.0
+    # Heads trained from head_data also learn each label's name as an example of it, and self-train on
+    # the tickets (id,text; labels unread) of unlabeled_data (worker/engine/beyond.py; train's defaults).
+    label_names: bool = False
+    unlabeled_data: str | None = None
 
     def __post_init__(self) -> None:
         check_labels(self.labels, "a task")
@@ -211,6 +227,8 @@ class Task:
                 questions=_questions(data.get("questions", {})),
                 recipe=_recipe(data.get("recipe"), ""),
                 zero_shot_temperature=_number(data, "zero_shot_temperature", 1.0),
+                label_names=_flag(data, "label_names", ""),
+                unlabeled_data=_text(data, "unlabeled_data", ""),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -237,6 +255,20 @@ def _recipe(value: Any, where: str) -> Recipe | None:
         return Recipe.parse(value)
     except ValueError as exc:
         raise TaskError(f"{where}{exc}") from None
+
+
+def _flag(data: dict[str, Any], name: str, where: str) -> bool:
+    value = data.get(name, False)
+    if not isinstance(value, bool):
+        raise TaskError(f"{where}{name} must be true or false, got {value!r}")
+    return value
+
+
+def _text(data: dict[str, Any], name: str, where: str) -> str | None:
+    value = data.get(name)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise TaskError(f"{where}{name} must be a file name, got {value!r}")
+    return value
 
 
 def _number(data: dict[str, Any], name: str, default: float) -> float:
@@ -267,6 +299,8 @@ def _questions(table: Any) -> tuple[Question, ...]:
                 review_below=_probability(q, "review_below"),
                 auto_accuracy=_probability(q, "auto_accuracy"),
                 recipe=_recipe(q.get("recipe"), f"question {name!r}: "),
+                label_names=_flag(q, "label_names", f"question {name!r}: "),
+                unlabeled_data=_text(q, "unlabeled_data", f"question {name!r}: "),
             )
         )
     return tuple(out)
@@ -287,8 +321,15 @@ def load_task(path: str | Path | None = None) -> Task:
         task,
         head=_beside(p, task.head),
         head_data=_beside(p, task.head_data),
+        unlabeled_data=_beside(p, task.unlabeled_data),
         questions=tuple(
-            replace(q, head=_beside(p, q.head), head_data=_beside(p, q.head_data)) for q in task.questions
+            replace(
+                q,
+                head=_beside(p, q.head),
+                head_data=_beside(p, q.head_data),
+                unlabeled_data=_beside(p, q.unlabeled_data),
+            )
+            for q in task.questions
         ),
     )
 

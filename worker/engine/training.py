@@ -293,8 +293,16 @@ def cached_head(
     from producer.files import parse
 
     raw = Path(data).read_bytes()
+    task = engine.task
+    free_raw = Path(task.unlabeled_data).read_bytes() if task.unlabeled_data else None
     ident = engine.identity
     recipe = recipe_for(engine)
+    # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
+    # heads cached before these keys existed still match
+    beyond_key = {
+        **({"label_names": True} if task.label_names else {}),
+        **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
+    }
     key = digest(
         ident.model_digest,
         ident.prompt_digest,
@@ -305,6 +313,7 @@ def cached_head(
         TRAINING,
         _version(),
         *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
+        *([beyond_key] if beyond_key else []),
     )[:24]
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
@@ -320,7 +329,15 @@ def cached_head(
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
-    head = train_head(engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy)
+    names = free = None
+    if task.label_names:
+        names = engine.features([beyond.name_text(lab) for lab in task.labels], recipe)[0]
+    if free_raw is not None:
+        free_rows = [row for _, row in parse(free_raw.decode("utf-8"), name=str(task.unlabeled_data))]
+        free = engine.features([str(r.get("text") or "") for r in free_rows], recipe)[0]
+    head = train_head(
+        engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy, names=names, unlabeled=free
+    )
     head.save(path)
     if log:
         log(
