@@ -354,3 +354,7 @@ def test_a_head_data_head_learns_the_label_names_and_unlabeled_data_its_task_dec
     again = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
     assert again.answer_heads["urgency"].id == head.id  # read from the cache, not trained again
     assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
+    # a file the task names that is not there: one line (a HeadError: exit 2 for the commands)
+    task.write_text(task.read_text().replace('"stream.csv"', '"gone.csv"'))
+    with pytest.raises(TrainingError, match=r"cannot read the task's training data: .*gone\.csv"):
+        Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))

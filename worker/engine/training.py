@@ -292,9 +292,14 @@ def cached_head(
     review threshold its out-of-fold predictions give (a key without it: heads cached before still match)."""
     from producer.files import parse
 
-    raw = Path(data).read_bytes()
     task = engine.task
-    free_raw = Path(task.unlabeled_data).read_bytes() if task.unlabeled_data else None
+    try:
+        raw = Path(data).read_bytes()
+        free_raw = Path(task.unlabeled_data).read_bytes() if task.unlabeled_data else None
+    except OSError as exc:  # one line, like any head that cannot be had (HeadError), not a traceback
+        raise TrainingError(
+            f"cannot read the task's training data: {exc.strerror or exc}: {exc.filename}"
+        ) from None
     ident = engine.identity
     recipe = recipe_for(engine)
     # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
