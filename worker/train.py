@@ -18,6 +18,15 @@ the task's own prompt, with that question's labels; name the file in the questio
 ``--recipe`` says which hidden states the head reads (:mod:`worker.engine.recipe`); without it, the
 task's ``recipe`` (the question's, with ``--question``), else the default. The file records it.
 
+    ticketq-worker train --task banking.toml --question intent --tickets intents.csv \
+        --label-names --unlabeled stream.csv --out intent.head
+
+With few labelled tickets per label, ``--label-names`` also learns each label's name as an example of it
+and ``--unlabeled FILE`` self-trains on tickets nobody labelled (:mod:`worker.engine.beyond`; the task's
+or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). Both come after the
+cross-validation, whose numbers stay the labelled tickets' own. Neither is used with ``--from-redis`` or
+``--publish``: the publish gate refits heads from labelled tickets only.
+
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
