@@ -22,18 +22,16 @@ from collections import defaultdict
 
 import torch
 
+from tools import head_recipes
+from tools.head_recipes import accuracy
 from worker.engine.beyond import refit
 from worker.engine.fit import fit
 from worker.engine.recipe import Recipe
 
 
 def features(data: dict, recipe: Recipe) -> torch.Tensor:
-    """The recipe's parts, concatenated in its order, from a head_features file (layers counted from 1)."""
-    return torch.cat([data["features"][p.pool][:, p.layer - 1].float() for p in recipe.parts], 1)
-
-
-def accuracy(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> float:
-    return float(((x @ w.T + b).argmax(1) == y).double().mean())
+    """The recipe's parts, concatenated in its order, from a head_features file (as ``train`` fits them)."""
+    return head_recipes.features(data, [(p.pool, p.layer) for p in recipe.parts]).float()
 
 
 def main() -> None:
