@@ -358,3 +358,6 @@ def test_a_head_data_head_learns_the_label_names_and_unlabeled_data_its_task_dec
     task.write_text(task.read_text().replace('"stream.csv"', '"gone.csv"'))
     with pytest.raises(TrainingError, match=r"cannot read the task's training data: .*gone\.csv"):
         Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    (tmp_path / "gone.csv").write_bytes(b"\xff\xfe not text")  # nor a file that is not UTF-8 text
+    with pytest.raises(TrainingError, match=r"gone\.csv: cannot read: 'utf-8' codec"):
+        Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))

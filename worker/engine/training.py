@@ -247,6 +247,18 @@ def _version() -> str:
         return "unknown"
 
 
+def _rows(raw: bytes, name: str) -> list[dict[str, Any]]:
+    """The rows of a tickets file the task names; one line (TrainingError) when they cannot be read."""
+    from producer.files import FileError, parse
+
+    try:
+        return [row for _, row in parse(raw.decode("utf-8"), name=name)]
+    except FileError as exc:  # its message names the file and the line
+        raise TrainingError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise TrainingError(f"{name}: cannot read: {exc}") from None
+
+
 def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
     """The recipe a head for ``engine`` is trained with: ``given`` (``train --recipe``), else its task's
     (``recipe`` in the task file or the question's table), else :meth:`Recipe.default`. TrainingError
@@ -290,7 +302,6 @@ def cached_head(
     the dtype the features are computed in, the recipe, the way heads are trained (:data:`TRAINING`), the
     ticketq version and, when the task (or question) sets it, ``auto_accuracy``: the head then stores the
     review threshold its out-of-fold predictions give (a key without it: heads cached before still match)."""
-    from producer.files import parse
 
     task = engine.task
     try:
@@ -329,7 +340,7 @@ def cached_head(
             return head
         except HeadError:
             pass  # a damaged cache entry: train again and overwrite it
-    rows = [row for _, row in parse(raw.decode("utf-8"), name=str(data))]
+    rows = _rows(raw, str(data))
     start = time.perf_counter()
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
@@ -338,7 +349,7 @@ def cached_head(
     if task.label_names:
         names = engine.features([beyond.name_text(lab) for lab in task.labels], recipe)[0]
     if free_raw is not None:
-        free_rows = [row for _, row in parse(free_raw.decode("utf-8"), name=str(task.unlabeled_data))]
+        free_rows = _rows(free_raw, str(task.unlabeled_data))
         free = engine.features([str(r.get("text") or "") for r in free_rows], recipe)[0]
     head = train_head(
         engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy, names=names, unlabeled=free
