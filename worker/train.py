@@ -377,7 +377,7 @@ def _counter(progress: Progress, total: int, stage: str = "features") -> Any:
 
 
 class Progress:
-    """tqdm bars for the two stages, on a terminal only."""
+    """tqdm bars for the stages (features, fit, extras), on a terminal only."""
 
     def __enter__(self) -> Progress:
         self.bars: dict[str, Any] = {}
@@ -389,7 +389,7 @@ class Progress:
         if stage not in self.bars:
             for bar in self.bars.values():
                 bar.close()
-            unit = "ticket" if stage == "features" else "fit"
+            unit = {"features": "ticket", "extras": "fold"}.get(stage, "fit")
             self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
         bar = self.bars[stage]
         bar.update(done - bar.n)
@@ -436,6 +436,31 @@ def calibration_lines(head: Any) -> list[str]:
     return lines
 
 
+def beyond_lines(b: dict[str, Any]) -> list[str]:
+    """What the label names and unlabelled tickets did: both out-of-fold accuracies, kept or not."""
+    added = [f"{b['label_names']} label names"] if "label_names" in b else []
+    if "pseudo_labelled" in b:
+        added.append(
+            f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
+            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g})"
+        )
+    elif "unlabeled" in b:
+        added.append(f"{b['unlabeled']} unlabelled tickets")
+    if "used" not in b:  # too few tickets to cross-validate: learnt from, unchecked
+        return [f"also learnt from: {'; '.join(added)} (not checked: too few tickets to cross-validate)"]
+    with_, without = b["cv_accuracy_with"], b["cv_accuracy_without"]
+    if b["used"]:
+        return [
+            f"also learnt from: {'; '.join(added)}",
+            f"out of fold: {with_:.1%} with them, {without:.1%} from the labelled tickets alone (the "
+            "numbers above and the calibration are with them)",
+        ]
+    return [
+        f"not used: {'; '.join(added)}: out of fold {with_:.1%} with them, {without:.1%} without; the head "
+        "learnt from the labelled tickets alone",
+    ]
+
+
 def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     t = head.training
     counts = ", ".join(f"{lab} {n}" for lab, n in t["counts"].items())
@@ -458,18 +483,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     ]
     lines += calibration_lines(head)
     if t.get("beyond"):
-        b = t["beyond"]
-        added = [f"{b['label_names']} label names"] if "label_names" in b else []
-        if "unlabeled" in b:
-            added.append(
-                f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
-                f"({b['rounds']} rounds, weight {b['pseudo_weight']:g})"
-            )
-        lines += [
-            "",
-            f"also learnt from: {'; '.join(added)}",
-            "(the cross-validated numbers above are the labelled tickets' alone)",
-        ]
+        lines += ["", *beyond_lines(t["beyond"])]
     if "corrections_n" in t:
         weight = (t.get("data") or {}).get("correction_weight", 1)
         before = t.get("corrections_accuracy_before")

@@ -217,14 +217,19 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     head = Head.load(out)
     beyond = head.training["beyond"]
     assert beyond["label_names"] == len(head.labels) and beyond["unlabeled"] == len(free)
-    assert 0 < beyond["pseudo_labelled"] <= len(free)
+    assert not beyond["used"] or 0 < beyond["pseudo_labelled"] <= len(free)
     assert head.training["data"]["unlabeled"] == "free.csv" and head.training["n"] == len(rows)
-    assert f"also learnt from: {len(head.labels)} label names; " in printed
     plain = tmp_path / "plain.head"
     assert main(["train", *flags, "--out", str(plain)]) == 0
     base = Head.load(plain)
-    assert "beyond" not in base.training and base.training["cv_accuracy"] == head.training["cv_accuracy"]
-    assert not torch.equal(base.weight, head.weight)  # the same cross-validation, another final fit
+    assert "beyond" not in base.training and beyond["cv_accuracy_without"] == base.training["cv_accuracy"]
+    if beyond["used"]:  # the random tiny model: either way, each checked
+        assert f"also learnt from: {len(head.labels)} label names; " in printed
+        assert not torch.equal(base.weight, head.weight)  # the same penalty, another final fit
+        assert head.training["cv_accuracy"] == beyond["cv_accuracy_with"] >= beyond["cv_accuracy_without"]
+    else:
+        assert f"not used: {len(head.labels)} label names; " in printed
+        assert torch.equal(base.weight, head.weight)
     capsys.readouterr()
     assert main(["train", *flags, *extra, "--from-redis", "--out", str(tmp_path / "x")]) == 2
     assert "do not combine with --from-redis" in capsys.readouterr().err
@@ -239,6 +244,47 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     assert (
         declared["beyond"]["label_names"] == len(head.labels) and declared["data"]["unlabeled"] == "free.csv"
     )
+
+
+def blobs(engine: Engine, n: int, seed: int) -> tuple[torch.Tensor, list[str], torch.Tensor]:
+    """Features of ``n`` tickets per label around one centre per label (the task's labels, in order),
+    their labels, and the centres."""
+    labels = list(engine.task.labels)
+    d = int(engine.loaded.model.config.hidden_size)
+    g = torch.Generator().manual_seed(seed)
+    centres = 1.5 * torch.randn(len(labels), d, generator=g)
+    x = torch.cat([c + torch.randn(n, d, generator=g) * 2.0 for c in centres])
+    return x, [lab for lab in labels for _ in range(n)], centres
+
+
+def test_label_names_are_kept_when_they_help_out_of_fold_and_calibrate_the_head(engine: Engine) -> None:
+    """Names at the labels' true centres: the cross-validation with them is at least as accurate, so the
+    head learns from them and its out-of-fold numbers and temperature are the procedure's with them."""
+    x, labels, centres = blobs(engine, 4, 0)
+    texts = [f"t{i}" for i in range(len(labels))]
+    plain = train_head(engine, texts, labels, features=x, seed=1)
+    named = train_head(engine, texts, labels, features=x, seed=1, names=centres)
+    b = named.training["beyond"]
+    assert b["used"] is True and b["label_names"] == len(centres)
+    assert b["cv_accuracy_without"] == plain.training["cv_accuracy"]
+    assert b["cv_accuracy_with"] == named.training["cv_accuracy"] >= plain.training["cv_accuracy"]
+    assert not torch.equal(named.weight, plain.weight)
+    assert named.training["l2"] == plain.training["l2"]  # the penalty is the labelled tickets' choice
+
+
+def test_label_names_that_hurt_out_of_fold_are_not_used(engine: Engine) -> None:
+    """Names at the wrong labels' centres (each one a neighbour's): the cross-validation says so, and the
+    head is exactly the labelled tickets' own, calibration included."""
+    x, labels, centres = blobs(engine, 4, 0)
+    texts = [f"t{i}" for i in range(len(labels))]
+    plain = train_head(engine, texts, labels, features=x, seed=1)
+    wrong = 20.0 * centres.roll(1, dims=0)  # far out: each weighs like many tickets of the wrong label
+    head = train_head(engine, texts, labels, features=x, seed=1, names=wrong)
+    b = head.training["beyond"]
+    assert b["used"] is False and b["cv_accuracy_with"] < b["cv_accuracy_without"]
+    assert torch.equal(head.weight, plain.weight) and torch.equal(head.bias, plain.bias)
+    assert head.temperature == plain.temperature
+    assert head.training["cv_accuracy"] == plain.training["cv_accuracy"]
 
 
 @pytest.mark.parametrize("pool", [MEAN, LAST])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.engine.beyond import KEEP, ROUNDS, name_text, refit
-from worker.engine.fit import fit_at
+from worker.engine.beyond import KEEP, ROUNDS, cross_refit, name_text, refit
+from worker.engine.fit import fit, fit_at, stratified_folds
 
 
 def test_a_label_name_reads_as_text() -> None:
@@ -71,3 +71,31 @@ def test_names_must_cover_every_label() -> None:
     x, y = clusters(3, 5)
     with pytest.raises(ValueError, match="2 label-name rows for 3 labels"):
         refit(x, y, 3, 1e-2, first=fit_at(x, y, 3, 1e-2), names=torch.zeros(2, 8))
+
+
+def test_cross_refit_without_extras_is_the_cross_validation_itself() -> None:
+    """Same folds, same penalty, nothing added: the logits fit's own cross-validation gives."""
+    x, y = clusters(10, 3, spread=2.0)
+    cv = fit(x, y, 3, grid=(1e-2,), seed=5)
+    got = cross_refit(x, y, 3, 1e-2, fold=stratified_folds(y, cv.folds, 5))
+    assert cv.cv_logits is not None
+    torch.testing.assert_close(got, cv.cv_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_cross_refit_scores_each_row_without_its_own_label() -> None:
+    """Out of fold: relabelling one row changes the logits of every fold but its own."""
+    x, y = clusters(6, 4, spread=2.0)
+    free, _ = clusters(40, 5)
+    names = torch.eye(3, 8) * 3.0
+    fold = stratified_folds(y, 3, 0)
+    seen: list[int] = []
+    base = cross_refit(
+        x, y, 3, 1e-2, fold=fold, names=names, unlabeled=free, progress=lambda d, t: seen.append(d)
+    )
+    assert seen == [1, 2, 3]
+    flipped = list(y)
+    flipped[0] = (y[0] + 1) % 3
+    again = cross_refit(x, flipped, 3, 1e-2, fold=fold, names=names, unlabeled=free)
+    own = torch.tensor(fold) == fold[0]
+    assert torch.equal(again[own], base[own])
+    assert not torch.equal(again[~own], base[~own])

@@ -111,6 +111,16 @@ def fit_at(
     return w.float(), b.float()
 
 
+def confusion(y: Sequence[int], predicted: Sequence[int], classes: int) -> list[list[int]]:
+    """[true][predicted] counts."""
+    m = torch.zeros(classes, classes, dtype=torch.long)
+    target = torch.tensor(list(y), dtype=torch.long)
+    m.index_put_(
+        (target, torch.tensor(list(predicted), dtype=torch.long)), torch.ones_like(target), accumulate=True
+    )
+    return m.tolist()
+
+
 def stratified_folds(y: Sequence[int], k: int, seed: int) -> list[int]:
     """Fold number per row: each class shuffled (seeded) and dealt round-robin across ``k`` folds."""
     gen = torch.Generator().manual_seed(seed)
@@ -157,7 +167,7 @@ def fit(
     k = min(folds, int(counts[counts > 0].min()))
     total, done = (len(grid) * k if k >= 2 else 0) + 1, 0
     cv: dict[float, float] = {}
-    confusion: dict[float, list[list[int]]] = {}
+    confusions: dict[float, list[list[int]]] = {}
     out_of_fold: dict[float, list[int]] = {}
     oof_logits: dict[float, torch.Tensor] = {}
     if k >= 2:
@@ -175,9 +185,7 @@ def fit(
             cv[l2] = float((predicted == target).double().mean())
             oof_logits[l2] = logits.float()
             out_of_fold[l2] = predicted.tolist()
-            m = torch.zeros(classes, classes, dtype=torch.long)
-            m.index_put_((target, predicted), torch.ones_like(target), accumulate=True)
-            confusion[l2] = m.tolist()
+            confusions[l2] = confusion(target.tolist(), predicted.tolist(), classes)
         best = max(grid, key=lambda l2: (cv[l2], l2))
     else:
         best = 1e-2  # too few tickets to cross-validate: a middle-of-the-grid penalty
@@ -189,7 +197,7 @@ def fit(
         bias=b.float(),
         l2=best,
         cv_accuracy=cv.get(best),
-        cv_confusion=confusion.get(best),
+        cv_confusion=confusions.get(best),
         folds=k if k >= 2 else 0,
         cv_by_l2=cv,
         cv_predicted=out_of_fold.get(best),

@@ -14,7 +14,7 @@ import torch
 
 from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import L2_GRID, fit
+from .fit import L2_GRID, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
@@ -48,7 +48,8 @@ class Engine(Protocol):
     ) -> tuple[torch.Tensor, list[BatchStats]]: ...
 
 
-# progress(stage, done, total): stage is "features" (tickets) or "fit" (cross-validation fits)
+# progress(stage, done, total): stage is "features" (tickets), "fit" (cross-validation fits) or "extras"
+# (folds of the cross-validation with label names or unlabelled tickets)
 Progress = Callable[[str, int, int], None]
 _ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
 # How heads are trained, in the cache key: a cached head from an older way is trained again (2: a
@@ -110,8 +111,11 @@ def train_head(
     instead of the one cross-validation chooses (the folds still give the out-of-fold numbers).
 
     ``names`` (features of :func:`.beyond.name_text` of every task label, in the task's order) and
-    ``unlabeled`` (features of tickets without labels) are learnt from after the cross-validation, at the
-    penalty it chose (:mod:`.beyond`); ``training["beyond"]`` records what they added."""
+    ``unlabeled`` (features of tickets without labels) are learnt from at the penalty the labelled
+    cross-validation chose (:mod:`.beyond`), and only if the same procedure run inside every fold is at
+    least as accurate out of fold as the labelled tickets alone; the out-of-fold numbers, the temperature
+    and ``review_below`` are then that procedure's. ``training["beyond"]`` records both accuracies, whether
+    the extras were used, and what they added."""
     if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
         raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
@@ -139,13 +143,61 @@ def train_head(
         grid=L2_GRID if l2 is None else (l2,),
         row_weight=row_weight,
     )
+    rows = torch.tensor([task_labels.index(lab) for lab in present])
+    learnt, bias_learnt = result.weight, result.bias
+    cv_logits, cv_predicted = result.cv_logits, result.cv_predicted
+    cv_accuracy, cv_confusion = result.cv_accuracy, result.cv_confusion
+    beyond_info: dict[str, Any] = {}
+    if names is not None or unlabeled is not None:
+        extras: dict[str, Any] = {"names": None if names is None else names[rows], "unlabeled": unlabeled}
+        tried: torch.Tensor | None = None
+        if cv_logits is not None:  # the whole procedure again in every fold: do the extras help here?
+            tried = beyond.cross_refit(
+                x,
+                y,
+                len(present),
+                result.l2,
+                fold=stratified_folds(y, result.folds, seed),
+                row_weight=row_weight,
+                progress=(lambda d, t: progress("extras", d, t)) if progress else None,
+                **extras,
+            )
+        if tried is None:
+            learnt, bias_learnt, beyond_info = beyond.refit(
+                x, y, len(present), result.l2, first=(learnt, bias_learnt), row_weight=row_weight, **extras
+            )
+        else:
+            predicted = tried.argmax(1)
+            with_extras = float((predicted == torch.tensor(y)).double().mean())
+            used = cv_accuracy is not None and with_extras >= cv_accuracy
+            if used:
+                learnt, bias_learnt, beyond_info = beyond.refit(
+                    x,
+                    y,
+                    len(present),
+                    result.l2,
+                    first=(learnt, bias_learnt),
+                    row_weight=row_weight,
+                    **extras,
+                )
+                cv_logits, cv_predicted, cv_accuracy = tried, predicted.tolist(), with_extras
+                cv_confusion = confusion(y, cv_predicted, len(present))
+            else:
+                beyond_info = {"label_names": len(present)} if names is not None else {}
+                if unlabeled is not None:
+                    beyond_info["unlabeled"] = len(unlabeled)
+            beyond_info.update(
+                used=used,
+                cv_accuracy_with=round(with_extras, 4),
+                cv_accuracy_without=None if result.cv_accuracy is None else round(result.cv_accuracy, 4),
+            )
     temperature, review_below, calibration = 1.0, None, {}
-    if result.cv_logits is not None:
-        temperature = fit_temperature(result.cv_logits, y)
-        probs = torch.softmax(result.cv_logits / temperature, -1)
+    if cv_logits is not None:
+        temperature = fit_temperature(cv_logits, y)
+        probs = torch.softmax(cv_logits / temperature, -1)
         confidence = probs.max(1).values.tolist()
         correct = (probs.argmax(1) == torch.tensor(y)).tolist()
-        calibration = _calibration(confidence, correct, temperature, result.cv_logits, y)
+        calibration = _calibration(confidence, correct, temperature, cv_logits, y)
         if auto_accuracy is not None:
             threshold, coverage = threshold_for_accuracy(confidence, correct, auto_accuracy)
             calibration["auto_accuracy"] = auto_accuracy
@@ -154,20 +206,6 @@ def train_head(
             review_below = 1.0 if threshold is None else threshold
     elif auto_accuracy is not None:
         raise TrainingError("auto_accuracy needs cross-validation: at least two tickets of every label")
-    rows = torch.tensor([task_labels.index(lab) for lab in present])
-    learnt, bias_learnt = result.weight, result.bias
-    beyond_info: dict[str, Any] = {}
-    if names is not None or unlabeled is not None:
-        learnt, bias_learnt, beyond_info = beyond.refit(
-            x,
-            y,
-            len(present),
-            result.l2,
-            first=(learnt, bias_learnt),
-            row_weight=row_weight,
-            names=None if names is None else names[rows],
-            unlabeled=unlabeled,
-        )
     weight = torch.zeros(len(task_labels), x.shape[1])
     bias = torch.full((len(task_labels),), _ABSENT)
     weight[rows], bias[rows] = learnt, bias_learnt
@@ -187,15 +225,15 @@ def train_head(
             "n": len(labels),
             "counts": {lab: counts.get(lab, 0) for lab in task_labels},
             "missing": [lab for lab in task_labels if lab not in counts],
-            "cv_accuracy": None if result.cv_accuracy is None else round(result.cv_accuracy, 4),
+            "cv_accuracy": None if cv_accuracy is None else round(cv_accuracy, 4),
             "cv_folds": result.folds,
             "cv_labels": present,
-            "cv_confusion": result.cv_confusion,
+            "cv_confusion": cv_confusion,
             "l2": result.l2,
             "seed": seed,
             "dtype": engine.loaded.dtype_name,
             "ticketq_version": _version(),
-            **_on_corrections(corrected or {}, labels, present, result.cv_predicted),
+            **_on_corrections(corrected or {}, labels, present, cv_predicted),
             **calibration,
             **({"beyond": beyond_info} if beyond_info else {}),
         },
@@ -319,6 +357,8 @@ def cached_head(
         **({"label_names": True} if task.label_names else {}),
         **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
     }
+    if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
+        beyond_key["cross_fitted"] = True
     key = digest(
         ident.model_digest,
         ident.prompt_digest,
