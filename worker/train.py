@@ -23,8 +23,9 @@ task's ``recipe`` (the question's, with ``--question``), else the default. The f
 
 With few labelled tickets per label, ``--label-names`` also learns each label's name as an example of it
 and ``--unlabeled FILE`` self-trains on tickets nobody labelled (:mod:`worker.engine.beyond`; the task's
-or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). Both come after the
-cross-validation, whose numbers stay the labelled tickets' own. Neither is used with ``--from-redis`` or
+or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). The whole procedure is then
+cross-validated too, at the penalty the labelled tickets chose: the extras are kept only if they do not
+lower the out-of-fold accuracy, and the report prints both. Neither is used with ``--from-redis`` or
 ``--publish``: the publish gate refits heads from labelled tickets only.
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
