@@ -366,16 +366,31 @@ def table(
             f"{method:<20}{f'{scores.accuracy:.1%} ({scores.correct}/{n})':>20}{n / seconds:>10.1f}"
             f"   ({zs_s / seconds:.1f}x the zero-shot speed, same run)",
         ]
-    lines += ["", *confusion_table(scores.labels, scores.confusion)]
-    if pairs := confused_pairs(scores.labels, scores.confusion):
-        lines += ["", "most confused (true -> predicted: tickets)"]
-        lines += [f"  {t} -> {p}: {n}" for t, p, n in pairs]
+    lines += ["", *confusion_lines(scores.labels, scores.confusion)]
     lines += ["", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for lab, c in scores.per_class.items():
         lines.append(
             f"{lab:<{width}}{_pct(c.precision):>10}{_pct(c.recall):>10}{_pct(c.f1):>10}{c.support:>10}"
         )
     return "\n".join(lines)
+
+
+WIDEST = 20  # labels beyond which the matrix is not printed: 77 columns of counts fit no terminal
+
+
+def confusion_lines(
+    labels: Sequence[str], matrix: Sequence[Sequence[int]], *, note: str = "", stored: str = "--json"
+) -> list[str]:
+    """The matrix (:func:`confusion_table`) up to :data:`WIDEST` labels, else one line saying where it is
+    (``stored``); then the most confused pairs (:func:`confused_pairs`), which stay readable at any size."""
+    if len(labels) <= WIDEST:
+        lines = confusion_table(labels, matrix, note)
+    else:
+        lines = [f"confusion matrix{note}: {len(labels)} labels, too wide to print (in {stored})"]
+    if pairs := confused_pairs(labels, matrix):
+        lines += ["", f"most confused{note} (true -> predicted: tickets)"]
+        lines += [f"  {t} -> {p}: {n}" for t, p, n in pairs]
+    return lines
 
 
 def confusion_table(labels: Sequence[str], matrix: Sequence[Sequence[int]], note: str = "") -> list[str]:

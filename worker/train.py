@@ -62,7 +62,7 @@ from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import Recipe
-from worker.evaluate import confusion_table
+from worker.evaluate import confusion_lines
 from worker.review import AccuracyOptions
 
 
@@ -480,7 +480,7 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
         f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g}"
         + (", the head in use's)" if kept else ")"),
         "",
-        *confusion_table(t["cv_labels"], t["cv_confusion"], note=", out of fold"),
+        *confusion_lines(t["cv_labels"], t["cv_confusion"], note=", out of fold", stored="the head file"),
     ]
     lines += calibration_lines(head)
     if t.get("beyond"):

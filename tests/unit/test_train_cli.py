@@ -53,6 +53,23 @@ def test_a_confusion_matrix_of_long_labels_numbers_its_columns() -> None:
     assert len({len(line) for line in long[1:]}) == 1  # the columns line up
 
 
+def test_a_matrix_too_wide_for_a_terminal_gives_way_to_the_most_confused_pairs() -> None:
+    from worker.evaluate import WIDEST, confusion_lines
+
+    def diagonal(n: int) -> list[list[int]]:
+        m = [[9 if i == j else 0 for j in range(n)] for i in range(n)]
+        m[1][0] = 4  # intent_1 taken for intent_0, four times
+        return m
+
+    few = [f"intent_{i}" for i in range(WIDEST)]
+    lines = confusion_lines(few, diagonal(WIDEST), note=", out of fold")
+    assert lines[0].startswith("confusion matrix, out of fold (rows") and len(lines) > WIDEST
+    many = [f"intent_{i}" for i in range(WIDEST + 1)]
+    lines = confusion_lines(many, diagonal(WIDEST + 1), stored="the head file")
+    assert lines[0] == f"confusion matrix: {WIDEST + 1} labels, too wide to print (in the head file)"
+    assert lines[2:] == ["most confused (true -> predicted: tickets)", "  intent_1 -> intent_0: 4"]
+
+
 def test_train_from_an_unreachable_redis_exits_3_like_the_producer(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
