@@ -77,3 +77,21 @@ def test_train_from_an_unreachable_redis_exits_3_like_the_producer(
     assert main(argv) == 3  # nothing listens on port 1: refused at once, before any model loads
     err = capsys.readouterr().err
     assert err.startswith("ticketq-worker train: Redis: ConnectionError") and err.count("\n") == 1
+
+
+def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better() -> None:
+    from types import SimpleNamespace
+
+    from worker.engine.recipe import Recipe
+    from worker.train import FINE, RICH, hints
+
+    def head(labels: int, per_label: int, recipe: Recipe, **training: object) -> SimpleNamespace:
+        counts = {f"intent_{i}": per_label for i in range(labels)}
+        return SimpleNamespace(labels=tuple(counts), recipe=recipe, training={"counts": counts, **training})
+
+    default = Recipe.default(30)
+    lines = hints(head(FINE, 10, default), 30)
+    assert any(RICH in line for line in lines) and any("--label-names" in line for line in lines)
+    assert hints(head(FINE - 1, 10, default), 30) == []  # a coarse label set: nothing to say
+    assert hints(head(FINE, 200, Recipe.parse(RICH)), 30) == []  # already rich, and plenty of tickets
+    assert hints(head(FINE, 10, default, beyond={"used": False}), 30) == [lines[0], lines[1]]
