@@ -7,6 +7,7 @@ import importlib.metadata
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -144,53 +145,26 @@ def train_head(
         row_weight=row_weight,
     )
     rows = torch.tensor([task_labels.index(lab) for lab in present])
-    learnt, bias_learnt = result.weight, result.bias
-    cv_logits, cv_predicted = result.cv_logits, result.cv_predicted
-    cv_accuracy, cv_confusion = result.cv_accuracy, result.cv_confusion
-    beyond_info: dict[str, Any] = {}
+    out = _Outcome(
+        result.weight,
+        result.bias,
+        result.cv_logits,
+        result.cv_predicted,
+        result.cv_accuracy,
+        result.cv_confusion,
+    )
     if names is not None or unlabeled is not None:
-        extras: dict[str, Any] = {"names": None if names is None else names[rows], "unlabeled": unlabeled}
-        tried: torch.Tensor | None = None
-        if cv_logits is not None:  # the whole procedure again in every fold: do the extras help here?
-            tried = beyond.cross_refit(
-                x,
-                y,
-                len(present),
-                result.l2,
-                fold=stratified_folds(y, result.folds, seed),
-                row_weight=row_weight,
-                progress=(lambda d, t: progress("extras", d, t)) if progress else None,
-                **extras,
-            )
-        if tried is None:
-            learnt, bias_learnt, beyond_info = beyond.refit(
-                x, y, len(present), result.l2, first=(learnt, bias_learnt), row_weight=row_weight, **extras
-            )
-        else:
-            predicted = tried.argmax(1)
-            with_extras = float((predicted == torch.tensor(y)).double().mean())
-            used = cv_accuracy is not None and with_extras >= cv_accuracy
-            if used:
-                learnt, bias_learnt, beyond_info = beyond.refit(
-                    x,
-                    y,
-                    len(present),
-                    result.l2,
-                    first=(learnt, bias_learnt),
-                    row_weight=row_weight,
-                    **extras,
-                )
-                cv_logits, cv_predicted, cv_accuracy = tried, predicted.tolist(), with_extras
-                cv_confusion = confusion(y, cv_predicted, len(present))
-            else:
-                beyond_info = {"label_names": len(present)} if names is not None else {}
-                if unlabeled is not None:
-                    beyond_info["unlabeled"] = len(unlabeled)
-            beyond_info.update(
-                used=used,
-                cv_accuracy_with=round(with_extras, 4),
-                cv_accuracy_without=None if result.cv_accuracy is None else round(result.cv_accuracy, 4),
-            )
+        extras = {"names": None if names is None else names[rows], "unlabeled": unlabeled}
+        folds = stratified_folds(y, result.folds, seed) if result.cv_logits is not None else None
+        stage = (lambda d, t: progress("extras", d, t)) if progress else None
+        out = _beyond(x, y, len(present), result.l2, out, folds, row_weight, extras, stage)
+    learnt, bias_learnt, beyond_info = out.weight, out.bias, out.beyond
+    cv_logits, cv_predicted, cv_accuracy, cv_confusion = (
+        out.logits,
+        out.predicted,
+        out.accuracy,
+        out.confusion,
+    )
     temperature, review_below, calibration = 1.0, None, {}
     if cv_logits is not None:
         temperature = fit_temperature(cv_logits, y)
@@ -237,6 +211,58 @@ def train_head(
             **calibration,
             **({"beyond": beyond_info} if beyond_info else {}),
         },
+    )
+
+
+@dataclass
+class _Outcome:
+    """A head's weights and the out-of-fold numbers that describe them."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    logits: torch.Tensor | None
+    predicted: list[int] | None
+    accuracy: float | None
+    confusion: list[list[int]] | None = None
+    beyond: dict[str, Any] = field(default_factory=dict)
+
+
+def _beyond(
+    x: torch.Tensor,
+    y: list[int],
+    classes: int,
+    l2: float,
+    plain: _Outcome,
+    folds: list[int] | None,
+    row_weight: Sequence[float] | None,
+    extras: dict[str, Any],
+    progress: Callable[[int, int], None] | None,
+) -> _Outcome:
+    """The labelled-only head ``plain``, or the one that also learnt from ``extras`` (label names,
+    unlabelled tickets) if the whole procedure, cross-validated on ``folds``, is no less accurate; without
+    folds (too few tickets to cross-validate) the extras are learnt from unchecked."""
+    first = (plain.weight, plain.bias)
+    if folds is None:
+        weight, bias, info = beyond.refit(x, y, classes, l2, first=first, row_weight=row_weight, **extras)
+        return replace(plain, weight=weight, bias=bias, beyond=info)
+    tried = beyond.cross_refit(
+        x, y, classes, l2, fold=folds, row_weight=row_weight, progress=progress, **extras
+    )
+    predicted = tried.argmax(1).tolist()
+    with_extras = sum(p == t for p, t in zip(predicted, y, strict=True)) / len(y)
+    checked = {
+        "used": plain.accuracy is not None and with_extras >= plain.accuracy,
+        "cv_accuracy_with": round(with_extras, 4),
+        "cv_accuracy_without": None if plain.accuracy is None else round(plain.accuracy, 4),
+    }
+    if not checked["used"]:
+        unused: dict[str, Any] = {"label_names": classes} if extras["names"] is not None else {}
+        if extras["unlabeled"] is not None:
+            unused["unlabeled"] = len(extras["unlabeled"])
+        return replace(plain, beyond={**unused, **checked})
+    weight, bias, info = beyond.refit(x, y, classes, l2, first=first, row_weight=row_weight, **extras)
+    return _Outcome(
+        weight, bias, tried, predicted, with_extras, confusion(y, predicted, classes), {**info, **checked}
     )
 
 
