@@ -82,7 +82,8 @@ class TrainOptions:
     label_names: bool = option(
         False,
         help="also learn each label's name as one example of it (card_arrival reads 'card arrival'): "
-        "for names that say what they mean (docs/head.md, Beyond the labelled tickets)",
+        "for names that say what they mean; kept only if no worse out of fold (docs/head.md, Beyond the "
+        "labelled tickets)",
     )
     unlabeled: str | None = option(
         None,
