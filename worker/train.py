@@ -187,8 +187,7 @@ def run(ns: argparse.Namespace) -> int:
     if out is not None and out.is_dir():
         return fail(f"--out {out} is a directory; name the head file")
 
-    from worker.engine.beyond import name_text
-    from worker.engine.training import recipe_for, train_head
+    from worker.engine.training import extras_features, recipe_for, train_head
     from worker.evaluate import load_engine
 
     engine = load_engine("train", options, questions=False)
@@ -215,12 +214,9 @@ def run(ns: argparse.Namespace) -> int:
     start = time.perf_counter()
     with Progress() as progress:
         x, _ = engine.features(texts, recipe, progress=_counter(progress, len(texts)))
-        names = None
-        if label_names:
-            names = engine.features([name_text(lab) for lab in engine.task.labels], recipe)[0]
-        free_x = None
-        if free:
-            free_x = engine.features(free, recipe, progress=_counter(progress, len(free), "unlabeled"))[0]
+        names, free_x = extras_features(
+            engine, recipe, label_names, free, _counter(progress, len(free), "unlabeled")
+        )
         try:
             head = train_head(
                 engine,
@@ -379,7 +375,7 @@ def _counter(progress: Progress, total: int, stage: str = "features") -> Any:
 
 
 class Progress:
-    """tqdm bars for the stages (features, fit, extras), on a terminal only."""
+    """tqdm bars for the stages (features, unlabeled, fit, extras), on a terminal only."""
 
     def __enter__(self) -> Progress:
         self.bars: dict[str, Any] = {}
@@ -391,7 +387,7 @@ class Progress:
         if stage not in self.bars:
             for bar in self.bars.values():
                 bar.close()
-            unit = {"features": "ticket", "extras": "fold"}.get(stage, "fit")
+            unit = {"features": "ticket", "unlabeled": "ticket", "extras": "fold"}.get(stage, "fit")
             self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
         bar = self.bars[stage]
         bar.update(done - bar.n)

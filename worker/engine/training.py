@@ -323,6 +323,23 @@ def _rows(raw: bytes, name: str) -> list[dict[str, Any]]:
         raise TrainingError(f"{name}: cannot read: {exc}") from None
 
 
+def extras_features(
+    engine: Engine,
+    recipe: Recipe,
+    label_names: bool,
+    unlabeled: Sequence[str] | None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """What :func:`train_head` takes as ``names`` and ``unlabeled``: the features of every task label's
+    name (:func:`.beyond.name_text`, in the task's order) when ``label_names``, and of the ``unlabeled``
+    texts when there are any (``progress(n)`` after each pass over them)."""
+    names = None
+    if label_names:
+        names = engine.features([beyond.name_text(lab) for lab in engine.task.labels], recipe)[0]
+    free = engine.features(unlabeled, recipe, progress=progress)[0] if unlabeled else None
+    return names, free
+
+
 def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
     """The recipe a head for ``engine`` is trained with: ``given`` (``train --recipe``), else its task's
     (``recipe`` in the task file or the question's table), else :meth:`Recipe.default`. TrainingError
@@ -411,12 +428,10 @@ def cached_head(
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
-    names = free = None
-    if task.label_names:
-        names = engine.features([beyond.name_text(lab) for lab in task.labels], recipe)[0]
+    free_texts = None
     if free_raw is not None:
-        free_rows = _rows(free_raw, str(task.unlabeled_data))
-        free = engine.features([str(r.get("text") or "") for r in free_rows], recipe)[0]
+        free_texts = [str(r.get("text") or "") for r in _rows(free_raw, str(task.unlabeled_data))]
+    names, free = extras_features(engine, recipe, task.label_names, free_texts)
     head = train_head(
         engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy, names=names, unlabeled=free
     )
