@@ -5,7 +5,7 @@ train`` does (:func:`worker.engine.fit.fit`: L2 by 5-fold cross-validation on th
 whole test file; then the same fit with the label names learnt as examples (``--label-names``) and with
 the rest of the training file, its labels unread, self-trained on (``--unlabeled``), both through
 :func:`worker.engine.beyond.refit` as ``train`` calls it; and what ``train`` ships: the extras kept only
-where :func:`worker.engine.beyond.cross_refit` finds them no worse out of fold (``--no-gate`` skips that
+where :func:`worker.engine.training.checked_extras` finds them no worse out of fold (``--no-gate`` skips that
 check, five more fits of the whole procedure per draw). Features come from ``tools.head_features
 extract`` files (float16 copies of the engine's own pass); ``--names`` is such a file for the label names
 (:func:`worker.engine.beyond.name_text` of each label, one row each, labelled with it).
@@ -26,9 +26,10 @@ import torch
 
 from tools import head_recipes
 from tools.head_recipes import accuracy
-from worker.engine.beyond import cross_refit, refit
+from worker.engine.beyond import refit
 from worker.engine.fit import fit, stratified_folds
 from worker.engine.recipe import Recipe
+from worker.engine.training import Outcome, checked_extras
 
 
 def features(data: dict, recipe: Recipe) -> torch.Tensor:
@@ -80,12 +81,12 @@ def main() -> None:
             key = "+ names + self-training" if names is not None else "+ self-training"
             scores[key].append(accuracy(xte, yte, w, b))
             if not args.no_gate and f.cv_accuracy is not None:
+                extras = {"names": names, "unlabeled": xtr[rest]}
                 fold = stratified_folds(y, f.folds, draw)
-                oof = cross_refit(x, y, len(labels), f.l2, fold=fold, names=names, unlabeled=xtr[rest])
-                with_extras = float((oof.argmax(1) == torch.tensor(y)).double().mean())
-                kept = with_extras >= f.cv_accuracy
-                scores["as train ships (checked)"].append(scores[key][-1] if kept else scores["labelled"][-1])
-                print(f"  out of fold {with_extras:.1%} with extras vs {f.cv_accuracy:.1%}: kept {kept}")
+                out = checked_extras(x, y, len(labels), f.l2, Outcome.of(f), fold, None, extras, None)
+                scores["as train ships (checked)"].append(accuracy(xte, yte, out.weight, out.bias))
+                with_, kept = out.beyond["cv_accuracy_with"], out.beyond["used"]
+                print(f"  out of fold {with_:.1%} with extras vs {f.cv_accuracy:.1%}: kept {kept}")
         shown = ", ".join(f"{k} {v[-1]:.1%}" for k, v in scores.items())
         print(f"draw {draw}: {shown} (L2 {f.l2:g}) [{time.perf_counter() - start:.0f} s]", flush=True)
     for k, v in scores.items():

@@ -15,7 +15,7 @@ import torch
 
 from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import L2_GRID, confusion, fit, stratified_folds
+from .fit import L2_GRID, Fit, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
@@ -145,19 +145,12 @@ def train_head(
         row_weight=row_weight,
     )
     rows = torch.tensor([task_labels.index(lab) for lab in present])
-    out = _Outcome(
-        result.weight,
-        result.bias,
-        result.cv_logits,
-        result.cv_predicted,
-        result.cv_accuracy,
-        result.cv_confusion,
-    )
+    out = Outcome.of(result)
     if names is not None or unlabeled is not None:
         extras = {"names": None if names is None else names[rows], "unlabeled": unlabeled}
         folds = stratified_folds(y, result.folds, seed) if result.cv_logits is not None else None
         stage = (lambda d, t: progress("extras", d, t)) if progress else None
-        out = _beyond(x, y, len(present), result.l2, out, folds, row_weight, extras, stage)
+        out = checked_extras(x, y, len(present), result.l2, out, folds, row_weight, extras, stage)
     learnt, bias_learnt, beyond_info = out.weight, out.bias, out.beyond
     cv_logits, cv_predicted, cv_accuracy, cv_confusion = (
         out.logits,
@@ -215,7 +208,7 @@ def train_head(
 
 
 @dataclass
-class _Outcome:
+class Outcome:
     """A head's weights and the out-of-fold numbers that describe them."""
 
     weight: torch.Tensor
@@ -226,18 +219,30 @@ class _Outcome:
     confusion: list[list[int]] | None = None
     beyond: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, result: Fit) -> Outcome:
+        """The labelled tickets' own head, as :func:`.fit.fit` cross-validated it."""
+        return cls(
+            result.weight,
+            result.bias,
+            result.cv_logits,
+            result.cv_predicted,
+            result.cv_accuracy,
+            result.cv_confusion,
+        )
 
-def _beyond(
+
+def checked_extras(
     x: torch.Tensor,
     y: list[int],
     classes: int,
     l2: float,
-    plain: _Outcome,
+    plain: Outcome,
     folds: list[int] | None,
     row_weight: Sequence[float] | None,
     extras: dict[str, Any],
     progress: Callable[[int, int], None] | None,
-) -> _Outcome:
+) -> Outcome:
     """The labelled-only head ``plain``, or the one that also learnt from ``extras`` (label names,
     unlabelled tickets) if the whole procedure, cross-validated on ``folds``, is no less accurate; without
     folds (too few tickets to cross-validate) the extras are learnt from unchecked."""
@@ -261,7 +266,7 @@ def _beyond(
             unused["unlabeled"] = len(extras["unlabeled"])
         return replace(plain, beyond={**unused, **checked})
     weight, bias, info = beyond.refit(x, y, classes, l2, first=first, row_weight=row_weight, **extras)
-    return _Outcome(
+    return Outcome(
         weight, bias, tried, predicted, with_extras, confusion(y, predicted, classes), {**info, **checked}
     )
 
