@@ -182,3 +182,83 @@ def test_engine_load_logs_what_it_chose(
     assert fixed["dtype_chosen"] == "float32" and "dtype_pass_ms" not in fixed
     assert first["threads"] == 1 and "operator" in first["threads_rule"] and first["processes_suggested"] >= 1
     assert len(list((tmp_path / "dtype").iterdir())) == 1
+
+
+def _heads_trial(dtype: str, seconds: float, error: float) -> Trial:
+    return Trial(dtype, seconds, (), 0.0, error)
+
+
+def test_a_head_decided_task_is_judged_on_its_features() -> None:
+    """No zero-shot labels to agree on: a candidate whose features stay within the tolerance wins on speed;
+    one further off (int8 on SmolLM2: ~45% of the tickets' spread) is rejected, and the reason says why."""
+    close, far = autodtype.FEATURE_TOLERANCE / 4, autodtype.FEATURE_TOLERANCE * 4
+    chosen, reason = pick([_heads_trial("float32", 1.0, 0.0), _heads_trial("bfloat16", 0.5, close)])
+    assert chosen == "bfloat16" and "features agree" in reason
+    chosen, reason = pick([_heads_trial("float32", 1.0, 0.0), _heads_trial("int8", 0.2, far)])
+    assert chosen == "float32" and "int8 (features 40% off)" in reason
+    d = DtypeChoice(
+        "bfloat16", "why", (_heads_trial("float32", 1.0, 0.0), _heads_trial("bfloat16", 0.5, close)), {}
+    )
+    back = DtypeChoice.from_json(json.loads(json.dumps(d.to_json())))
+    assert back.trials == d.trials
+    assert d.log_fields()["dtype_feature_error"] == {"float32": 0.0, "bfloat16": round(close, 4)}
+
+
+def test_feature_error_is_relative_to_the_tickets_spread_per_block() -> None:
+    ref = torch.tensor([[0.0, 0.0, 100.0, 100.0], [2.0, 0.0, 300.0, 100.0]])
+    assert autodtype.feature_error(ref.clone(), ref, 2) == 0.0
+    # 0.2 off in the small block (spread 1.41) weighs as much as 20 off in the large one (spread 141)
+    small = ref + torch.tensor([[0.2, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    large = ref + torch.tensor([[0.0, 0.0, 20.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    assert autodtype.feature_error(small, ref, 2) == pytest.approx(autodtype.feature_error(large, ref, 2))
+    assert autodtype.feature_error(small, ref, 2) == pytest.approx(0.2 / 2**0.5)
+
+
+def _noisy_timer(seconds: dict[str, float], noisy: str | None = None) -> Timer:
+    """Made-up timings; ``noisy`` gets features as far from float32's as the tickets are from each other."""
+
+    def timer(name: str, run: Callable[[], torch.Tensor]) -> tuple[float, torch.Tensor]:
+        out = run()
+        if name == noisy:
+            out = out + torch.randn(out.shape, generator=torch.Generator().manual_seed(0)) * out.std(0)
+        return seconds[name], out
+
+    return timer
+
+
+def test_a_head_decided_task_times_and_judges_the_features_pass(
+    tiny: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The features pass is what is timed and compared; the recipes are part of the cached decision's
+    key, and a candidate with features far off is never chosen. (The tiny model's random weights put
+    bfloat16's features ~17% off float32's, SmolLM2's 2%: the tolerance is raised for it here.)"""
+    from worker.engine.recipe import Recipe
+
+    monkeypatch.setattr(autodtype, "FEATURE_TOLERANCE", 0.5)
+    recipes = [Recipe.parse("1:mean"), Recipe.parse("1:mean,2:max")]
+    fast = {"float32": 1.0, "bfloat16": 0.4}
+    _, decision = _choose(tiny, tmp_path, _noisy_timer(fast), recipes=recipes)
+    assert decision.chosen == "bfloat16" and not decision.cached, decision.reason
+    [trial] = [t for t in decision.trials if t.dtype == "bfloat16"]
+    assert trial.labels == () and 0 < (trial.feature_error or 0) < 0.5
+    assert decision.key["heads"] == "1:mean;1:mean,2:max"
+    assert _choose(tiny, tmp_path, _noisy_timer(fast), recipes=recipes)[1].cached
+    assert not _choose(tiny, tmp_path, _noisy_timer(fast))[1].cached  # zero-shot: another decision
+    _, noisy = _choose(tiny, tmp_path / "n", _noisy_timer(fast, "bfloat16"), recipes=recipes)
+    assert noisy.chosen == "float32" and "bfloat16 (features" in noisy.reason
+
+
+def test_planned_recipes_are_what_the_heads_will_read(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from worker.engine.recipe import Recipe
+    from worker.engine.task import Question
+    from worker.engine.training import planned_recipes
+
+    task = load_task()  # the built-in task: a head trained from head_data, default recipe
+    assert planned_recipes(task, None, 30) == [Recipe.default(30)]
+    assert planned_recipes(task, "none", 30) is None  # zero-shot: its label-scoring pass
+    assert planned_recipes(replace(task, head_data=None), None, 30) is None
+    q = Question("intent", ("a", "b"), head_data="x.csv", recipe=Recipe.parse("8:mean,12:max"))
+    asked = replace(task, questions=(q,))
+    assert planned_recipes(asked, None, 30) == [Recipe.default(30), Recipe.parse("8:mean,12:max")]

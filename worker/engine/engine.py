@@ -20,7 +20,7 @@ from .prompt import Prompt
 from .recipe import Recipe
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, TaskError, load_task
-from .training import recipe_for, resolve_head
+from .training import planned_recipes, recipe_for, resolve_head
 from .types import Answer, BatchStats, Prediction
 
 
@@ -67,7 +67,13 @@ class Engine:
         chosen = threads.apply(opts.threads)
         task = load_task(opts.task)
         loaded, decision = autodtype.load(
-            opts.model, task, lambda m: cls(m, task, opts), dtype=opts.dtype, device=opts.device
+            opts.model,
+            task,
+            lambda m: cls(m, task, opts),
+            dtype=opts.dtype,
+            device=opts.device,
+            # judged as the worker runs the task (every question), so its commands decide alike
+            recipes=lambda n_layers: planned_recipes(task, opts.head, n_layers),
         )
         engine = cls(loaded, task, opts)
         engine.startup = {

@@ -44,8 +44,10 @@ class EngineOptions:
     dtype: str = setting(
         "auto",
         help="`auto`: measured at the first start on this machine (one timed pass per candidate: float32 and "
-        "bfloat16 on a CPU, float32/float16/bfloat16 on a GPU), the fastest whose labels agree with float32 "
-        "on the task's calibration tickets; cached in `~/.cache/ticketq/dtype/`. Or `float32`, `bfloat16`, "
+        "bfloat16 on a CPU, float32/float16/bfloat16 on a GPU), the fastest that decides as float32 does on "
+        "the task's calibration tickets: the same zero-shot labels, or, where trained heads answer every "
+        "question, the features they read within 10% of float32's (timed on their features pass); cached "
+        "in `~/.cache/ticketq/dtype/`. Or `float32`, `bfloat16`, "
         "`float16`, `int8` (opt-in, CPU: dynamic int8 linear layers; flips many labels on SmolLM2, see "
         "docs/bench.md)",
         choices=DTYPES,

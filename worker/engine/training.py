@@ -357,6 +357,25 @@ def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
     return recipe
 
 
+def planned_recipes(task: Task, spec: str | None, n_layers: int) -> list[Recipe] | None:
+    """What the heads :func:`resolve_head` and each question's will give a task read, known before any
+    is trained: a head file's own recipe, else the task's ``recipe`` or the default. None when the
+    primary is decided by zero-shot label scoring (its pass is then the label scoring's, whatever the
+    questions read). ``--dtype auto`` times and judges that pass."""
+    if is_no_head(spec):
+        return None
+    if spec or task.head:
+        primary = Head.load(spec or task.head or "").recipe
+    elif task.head_data:
+        primary = task.recipe or Recipe.default(n_layers)
+    else:
+        return None
+    further = [
+        Head.load(q.head).recipe if q.head else q.recipe or Recipe.default(n_layers) for q in task.questions
+    ]
+    return [primary, *further]
+
+
 def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | None = None) -> Head | None:
     """The head an engine should decide with, checked against it (raises HeadError).
 
