@@ -88,8 +88,8 @@ class TrainOptions:
     unlabeled: str | None = option(
         None,
         help="tickets without labels (JSONL or CSV with id,text; labels ignored) to self-train on: the "
-        "head labels them, keeps the more confident half at 0.3 of a labelled ticket's weight, fits again, "
-        "twice (docs/head.md, Beyond the labelled tickets)",
+        "head labels them, keeps the more confident half at 0.3 of a labelled ticket's weight and fits "
+        "again, then keeps more (70%, 90%, all) as it improves (docs/head.md, Beyond the labelled tickets)",
         metavar="FILE",
     )
     accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)

@@ -8,8 +8,9 @@ tickets"), both opt-in (``ticketq-worker train --label-names --unlabeled FILE``)
   rows as one example of its label. For taxonomies whose names say what they mean; a set named ``A``,
   ``B``, ``cat_17`` gains nothing from it.
 - **self-training**: tickets without labels (a day of the stream, say) are labelled by the head, the more
-  confident half (:data:`KEEP`) is kept, each such ticket counting :data:`PSEUDO_WEIGHT` of a labelled
-  one, and the head is fitted again, :data:`ROUNDS` times.
+  confident ones are kept, each counting :data:`PSEUDO_WEIGHT` of a labelled ticket, and the head is
+  fitted again; once per share in :data:`KEEP`, the more confident half first, then more as the head
+  improves, all of them last.
 
 The L2 penalty is the one the labelled tickets' cross-validation chose. Then the whole procedure (fit on
 the labelled rows, add the extras, refit) is run again inside each fold (:func:`cross_refit`): its
@@ -28,8 +29,11 @@ import torch
 
 from .fit import fit_at, row_weights
 
-ROUNDS = 2
-KEEP = 0.5  # the share of the unlabelled tickets kept each round: the most confident ones
+# The share of the unlabelled tickets kept in each round, the most confident ones. Chosen on Banking77's
+# train split alone (10 labelled rows per intent, 2,000 other train rows scoring, five seeded draws):
+# this schedule beat two rounds at a half (the first one shipped) by +0.6 to +1.5 points in each draw,
+# and four rounds at a half by as much; the test split was not looked at (docs/head.md).
+KEEP = (0.5, 0.7, 0.9, 1.0)
 PSEUDO_WEIGHT = 0.3  # one kept ticket counts this much of a labelled one
 
 
@@ -69,9 +73,9 @@ def refit(
         weight, bias = fit_at(known, targets, classes, l2, weights)
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
-        for _ in range(ROUNDS):
+        for keep in KEEP:
             confidence, guess = torch.softmax(free @ weight.T + bias, -1).max(1)
-            kept = confidence >= torch.quantile(confidence, 1.0 - KEEP)
+            kept = confidence >= torch.quantile(confidence, 1.0 - keep)
             n = int(kept.sum())
             weight, bias = fit_at(
                 torch.cat([known, free[kept].to(known.dtype)]),
@@ -80,7 +84,7 @@ def refit(
                 l2,
                 weights + [PSEUDO_WEIGHT] * n,
             )
-        info.update(unlabeled=len(free), pseudo_labelled=n, rounds=ROUNDS, pseudo_weight=PSEUDO_WEIGHT)
+        info.update(unlabeled=len(free), pseudo_labelled=n, rounds=len(KEEP), pseudo_weight=PSEUDO_WEIGHT)
     return weight, bias, info
 
 
