@@ -15,19 +15,17 @@ them, chooses the penalty on a fifth of the training file held out, and scores t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import sys
 import time
 
 import torch
 
-from tools.head_features import read_labelled
+from tools.head_features import layer_states, read_labelled
 from tools.head_recipes import accuracy
 from worker.engine import Engine
 from worker.engine.fit import _train
 from worker.engine.options import EngineOptions
-from worker.engine.scorer import PrefixCache
 
 ECHO = "\nThe message again: "
 LAYERS = (4, 6, 8, 10, 12, 24, 28)
@@ -47,10 +45,6 @@ RECIPES: dict[str, list[tuple[str, int]]] = {
 }
 
 
-class _Stop(Exception):
-    pass
-
-
 @torch.inference_mode()
 def echo_pass(engine: Engine, texts: list[str]) -> dict[str, torch.Tensor]:
     """pooling -> (n, len(LAYERS), d) float16: mean and max over each reading, in input order."""
@@ -59,44 +53,22 @@ def echo_pass(engine: Engine, texts: list[str]) -> dict[str, torch.Tensor]:
     ids = [i[: engine.prompt.max_ticket_tokens] for i in ids]
     sep = tok(ECHO, add_special_tokens=False)["input_ids"]
     suffixes = [[*i, *sep, *i, *engine.prompt.after_ids] for i in ids]
-    scorer, d, depth = engine.scorer, int(engine.loaded.model.config.hidden_size), max(LAYERS)
+    d = int(engine.loaded.model.config.hidden_size)
     out = {
         k: torch.empty(len(texts), len(LAYERS), d, dtype=torch.float16)
         for k in ("mean1", "max1", "mean2", "max2")
     }
-    states: list[torch.Tensor] = []
-
-    def keep(_m: object, _a: object, output: object) -> None:
-        states.append(output[0] if isinstance(output, tuple) else output)  # type: ignore[arg-type]
-        if len(states) == depth:
-            raise _Stop
-
-    hooks = [scorer.body.layers[i].register_forward_hook(keep) for i in range(depth)]
-    try:
-        for plan in engine.plan([len(s) for s in suffixes]):
-            inputs, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
-            states.clear()
-            with contextlib.suppress(_Stop):
-                scorer.body(
-                    input_ids=inputs,
-                    position_ids=pos,
-                    attention_mask=mask,
-                    use_cache=True,
-                    **{scorer._cache_kw: PrefixCache(scorer.prefix_kv)},
-                )
-            stack = torch.stack([states[k - 1].reshape(-1, d) for k in LAYERS], 1)
-            order = [i for row in plan.rows for i in row]
-            for item, end in zip(order, query[:, 0].tolist(), strict=True):
-                k = len(ids[item]) or 1  # an empty ticket: the first token after it
-                first = end - len(suffixes[item]) + 1
-                second = first + len(ids[item]) + len(sep)
-                for reading, start in (("1", first), ("2", second)):
-                    own = stack[start : start + k].float()
-                    out["mean" + reading][item] = own.mean(0).half()
-                    out["max" + reading][item] = own.amax(0).half()
-    finally:
-        for h in hooks:
-            h.remove()
+    wanted = [k - 1 for k in LAYERS]
+    for order, ends, states in layer_states(engine, suffixes, max(LAYERS)):
+        stack = states[:, wanted]
+        for item, end in zip(order, ends, strict=True):
+            k = len(ids[item]) or 1  # an empty ticket: the first token after it
+            first = end - len(suffixes[item]) + 1
+            second = first + len(ids[item]) + len(sep)
+            for reading, start in (("1", first), ("2", second)):
+                own = stack[start : start + k].float()
+                out["mean" + reading][item] = own.mean(0).half()
+                out["max" + reading][item] = own.amax(0).half()
     return out
 
 

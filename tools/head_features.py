@@ -18,6 +18,7 @@ import contextlib
 import csv
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -46,15 +47,14 @@ class _Stop(Exception):
     pass
 
 
-@torch.inference_mode()
-def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 500) -> dict[str, torch.Tensor]:
-    """pool -> (n, depth, d) float16 features of layers 1..depth, in input order; the pass stops there."""
-    suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts)
-    after = len(engine.prompt.after_ids)
+def layer_states(
+    engine: Engine, suffixes: list[list[int]], depth: int
+) -> Iterator[tuple[list[int], list[int], torch.Tensor]]:
+    """Per packed, prefix-cached pass of the engine over ``suffixes``: the items in plan order, each one's
+    last flat position, and (flat positions, depth, d) the states after layers 1..depth (the pass stops
+    there)."""
     scorer = engine.scorer
     d = int(engine.loaded.model.config.hidden_size)
-    out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in POOLS}
-    done, start = 0, time.perf_counter()
     states: list[torch.Tensor] = []
 
     def keep(_m: object, _a: object, output: object) -> None:
@@ -63,21 +63,35 @@ def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 50
             raise _Stop
 
     hooks = [scorer.body.layers[i].register_forward_hook(keep) for i in range(depth)]
-    for plan in engine.plan([len(s) for s in suffixes]):
-        ids, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
-        states.clear()
-        with contextlib.suppress(_Stop):
-            scorer.body(
-                input_ids=ids,
-                position_ids=pos,
-                attention_mask=mask,
-                use_cache=True,
-                **{scorer._cache_kw: PrefixCache(scorer.prefix_kv)},
-            )
-        order = [i for row in plan.rows for i in row]
-        # (flat positions, layers, d): the states after layers 1..depth
-        stack = torch.stack([h.reshape(-1, d) for h in states], 1)
-        for item, end in zip(order, query[:, 0].tolist(), strict=True):
+    try:
+        for plan in engine.plan([len(s) for s in suffixes]):
+            ids, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
+            states.clear()
+            with contextlib.suppress(_Stop), torch.inference_mode():
+                scorer.body(
+                    input_ids=ids,
+                    position_ids=pos,
+                    attention_mask=mask,
+                    use_cache=True,
+                    **{scorer._cache_kw: PrefixCache(scorer.prefix_kv)},
+                )
+            order = [i for row in plan.rows for i in row]
+            yield order, query[:, 0].tolist(), torch.stack([h.reshape(-1, d) for h in states], 1)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@torch.inference_mode()
+def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 500) -> dict[str, torch.Tensor]:
+    """pool -> (n, depth, d) float16 features of layers 1..depth, in input order; the pass stops there."""
+    suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts)
+    after = len(engine.prompt.after_ids)
+    d = int(engine.loaded.model.config.hidden_size)
+    out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in POOLS}
+    done, start = 0, time.perf_counter()
+    for order, ends, stack in layer_states(engine, suffixes, depth):
+        for item, end in zip(order, ends, strict=True):
             n = len(suffixes[item])
             k = max(0, n - after) or n
             start_pos = end - n + 1
@@ -85,12 +99,10 @@ def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 50
             out["mean"][item] = own.mean(0).half()
             out["max"][item] = own.amax(0).half()
             out["last"][item] = stack[end].float().half()
-        done += plan.items
-        if done // log_every != (done - plan.items) // log_every:
+        done += len(order)
+        if done // log_every != (done - len(order)) // log_every:
             rate = done / (time.perf_counter() - start)
             print(f"  {done}/{len(texts)} tickets, {rate:.1f}/s", file=sys.stderr, flush=True)
-    for h in hooks:
-        h.remove()
     return out
 
 
