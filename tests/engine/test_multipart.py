@@ -271,8 +271,8 @@ def test_verify_fails_when_the_engines_features_are_wrong(
     task = _question_task(tmp_path, rich_head)
     right = feats.own_tokens
 
-    def one_too_many(last: torch.Tensor, lengths: list[int], own: list[int]) -> tuple:
-        return right(last, lengths, [min(k + 1, n) for k, n in zip(own, lengths, strict=True)])
+    def one_too_many(starts: list[int], counts: list[int], device: torch.device | None = None) -> tuple:
+        return right(starts, [k + 1 for k in counts], device)
 
     monkeypatch.setattr(feats, "own_tokens", one_too_many)
     flags = ["--model", str(tiny_dir), "--task", str(task), "--limit", "6"]

@@ -77,10 +77,17 @@ def ask_alone(engine: Engine, question: str | None, texts: list[str]) -> list:
             "urgency": Recipe.one(1, MAX),
             "topic": Recipe.parse("2:last,1:mean"),
         },
+        {  # one head reads tickets twice: the whole pass does, and the others' features stay theirs
+            None: Recipe.parse("1:mean,1:max"),
+            "urgency": Recipe.parse("1:mean,2:echo"),
+            "topic": Recipe.one(2, LAST),
+        },
     ],
 )
 def test_answers_from_one_pass_equal_each_head_asked_alone(engine: Engine, recipes: dict) -> None:
     heads = {q: train_for(engine, q, r) for q, r in recipes.items()}
+    # a pass that reads tickets twice packs wider rows than each head alone: sums differ in the 7th digit
+    tol = 1e-5 if any(r.echo for r in recipes.values()) else 2e-6
     for q, h in heads.items():
         engine.use_head(h, q)
     try:
@@ -89,7 +96,7 @@ def test_answers_from_one_pass_equal_each_head_asked_alone(engine: Engine, recip
         primary = ask_alone(engine, None, TEXTS)
         for got, want in zip(together, primary, strict=True):
             assert (got.label, got.method, got.head) == (want.label, "head", heads[None].name)
-            assert got.scores == pytest.approx(want.scores, abs=2e-6)
+            assert got.scores == pytest.approx(want.scores, abs=tol)
             assert set(got.answers) == {"urgency", "topic"}
         for q in ("urgency", "topic"):
             alone = ask_alone(engine, q, TEXTS)
@@ -97,7 +104,7 @@ def test_answers_from_one_pass_equal_each_head_asked_alone(engine: Engine, recip
                 answer = got.answers[q]
                 assert answer.label == want.label and answer.head == heads[q].name
                 assert set(answer.scores) == set(engine.task.labels_of(q))
-                assert answer.scores == pytest.approx(want.scores, abs=2e-6)
+                assert answer.scores == pytest.approx(want.scores, abs=tol)
     finally:
         for q in recipes:
             engine.use_head(None, q)

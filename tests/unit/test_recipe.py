@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.engine.recipe import LAST, MAX, MEAN, Part, Recipe
+from worker.engine.recipe import ECHO, LAST, MAX, MEAN, Part, Recipe
 from worker.engine.task import TaskError, load_task
 
 RICH = "8:mean,12:mean,8:max,12:max"
@@ -24,13 +24,17 @@ def test_text_form_parts_in_order_and_bare_layers_mean_pooled() -> None:
     assert Recipe.parse(" 12:last , 3 ").parts == (Part(12, LAST), Part(3, MEAN))
     assert Recipe.parse("12:max,8:mean").layers == (8, 12)  # shallowest first, whatever the order
     assert Recipe.parse("8:mean,12:max") != Recipe.parse("12:max,8:mean")  # the order is the layout
+    assert not r.echo
+    echo = Recipe.parse("8:mean,24:echo")
+    assert echo.parts[1] == Part(24, ECHO) and echo.echo and echo.layers == (8, 24)
+    assert Recipe.from_dict(echo.to_dict()) == echo
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("", "'' is not LAYER or LAYER:POOL"),
-        ("8:avg", "unknown pooling 'avg'; use mean, max, last"),
+        ("8:avg", "unknown pooling 'avg'; use mean, max, last, echo"),
         ("0:mean", "at least 1"),
         ("-2", "'-2' is not LAYER or LAYER:POOL"),
         ("eight", "'eight' is not LAYER or LAYER:POOL"),
@@ -136,4 +140,7 @@ def test_train_refuses_a_bad_recipe_flag_before_loading_a_model(
     argv = ["train", "--tickets", str(tmp_path / "t.csv"), "--out", str(tmp_path / "h"), "--recipe", "8:avg"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err == "ticketq-worker train: recipe: recipe '8:avg': unknown pooling 'avg'; use mean, max, last\n"
+    assert (
+        err
+        == "ticketq-worker train: recipe: recipe '8:avg': unknown pooling 'avg'; use mean, max, last, echo\n"
+    )

@@ -16,7 +16,7 @@ from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
-from .prompt import Prompt
+from .prompt import Prompt, PromptSplitError
 from .recipe import Recipe
 from .scorer import Scorer
 from .task import CONTENT_FREE, Task, TaskError, load_task
@@ -36,7 +36,8 @@ class Engine:
             self.tokenizer, task, context=loaded.context, max_ticket_tokens=self.options.max_ticket_tokens
         )
         # Prove the prefix/suffix split on the task's own texts before trusting the cache with them.
-        self.prompt.check_split(self.tokenizer, [ex.text for ex in task.examples] or ["Hello, I need help."])
+        self.prompt.check_split(self.tokenizer, self._split_texts())
+        self._echo_checked = False  # the split that reads tickets twice: proven on first use (check_echo)
         pad = self.tokenizer.pad_token_id
         self.scorer = Scorer(loaded.model, self.cached_prefix(), self.prompt.label_ids, pad or 0)
         self.startup: dict[str, Any] = {}
@@ -163,7 +164,30 @@ class Engine:
                 raise HeadError(f"head {head.id}: {exc}") from None
             if tuple(self.cached_prefix()) != self.prompt.prefix_ids:
                 raise HeadError("a head reads the prefix-cached pass; this engine does not cache the prefix")
+            if head.recipe.echo:
+                self.check_echo()
         self.head = head
+
+    def _split_texts(self) -> list[str]:
+        return [ex.text for ex in self.task.examples] or ["Hello, I need help."]
+
+    def check_echo(self) -> None:
+        """HeadError unless this engine can read tickets twice (recipe ``echo``): both readings of the
+        longest ticket fit the model's context, and the split that reads them tokenizes like the whole
+        prompt (proven once, on the task's own texts)."""
+        if not self.prompt.echo_fits:
+            raise HeadError(
+                f"an echo recipe reads each ticket twice and {self.prompt.max_ticket_tokens}-token tickets "
+                f"do not fit the model's {self.loaded.context}-token context twice; lower --max-ticket-tokens"
+            )
+        if not self._echo_checked:
+            try:
+                self.prompt.check_split(self.tokenizer, self._split_texts(), echo=True)
+            except PromptSplitError as exc:
+                raise HeadError(
+                    f"an echo recipe cannot read tickets twice with this template: {exc}"
+                ) from None
+            self._echo_checked = True
 
     def load_head(self, data: bytes, version: str, question: str | None = None) -> None:
         """Switch to a head published in Redis (worker.headwatch) for the primary question or a further
@@ -243,11 +267,11 @@ class Engine:
         without the label tree, stopped at the recipe's deepest layer. ``progress(n)`` after each pass;
         no ``recipe``: the head's, else the one a head is trained with (:func:`.training.recipe_for`)."""
         recipe = recipe or (self.head.recipe if self.head else recipe_for(self))
-        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        suffixes, echo = self._suffixes(texts, [recipe])
         after = len(self.prompt.after_ids)
 
         def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
-            out = feats.extract(self.scorer, sfx, plan, recipe, after)
+            out = feats.extract(self.scorer, sfx, plan, recipe, after, echo)
             if progress:
                 progress(plan.items)
             return out
@@ -265,17 +289,27 @@ class Engine:
         """Per recipe, (tickets, features) float32 features in input order, all from one packed,
         prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.features`)."""
         unique = list(dict.fromkeys(recipes))
-        suffixes = self.prompt.ticket_ids(self.tokenizer, texts)
+        suffixes, echo = self._suffixes(texts, unique)
         after = len(self.prompt.after_ids)
 
         def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
-            return torch.cat(feats.extract_many(self.scorer, sfx, plan, unique, after), dim=1)
+            return torch.cat(feats.extract_many(self.scorer, sfx, plan, unique, after, echo), dim=1)
 
         hidden = int(self.loaded.model.config.hidden_size)
         widths = [r.width(hidden) for r in unique]
         x, stats = self._passes(suffixes, [len(s) for s in suffixes], sum(widths), run, on_pass)
         parts = x.split(widths, dim=1)
         return [parts[unique.index(r)] for r in recipes], stats
+
+    def _suffixes(
+        self, texts: Sequence[str], recipes: Sequence[Recipe]
+    ) -> tuple[list[list[int]], int | None]:
+        """The features pass's suffixes and, when a recipe reads each ticket twice (``echo``: the whole
+        pass then does), the echo text's token count (HeadError if it cannot, :meth:`check_echo`)."""
+        if not any(r.echo for r in recipes):
+            return self.prompt.ticket_ids(self.tokenizer, texts), None
+        self.check_echo()
+        return self.prompt.ticket_ids(self.tokenizer, texts, echo=True), len(self.prompt.echo_ids)
 
     def _passes(
         self,

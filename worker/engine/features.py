@@ -8,17 +8,22 @@ questions, :meth:`worker.engine.engine.Engine.classify`): asking three questions
 pooling and a small matrix product per head, and each head's features are exactly those it would get
 asked alone (tests/engine/test_questions.py). On SmolLM2-135M a third of the way up, mean-pooled, is
 about three times cheaper than zero-shot scoring (docs/head.md).
+
+A recipe with an ``echo`` part reads each ticket twice (suffix ``ticket + hand-over + echo text +
+ticket``, :meth:`~worker.engine.prompt.Prompt.ticket_ids`): the first reading and the hand-over sit
+where an ordinary pass has them, so the other parts' features are the same, and ``echo`` averages the
+second reading (:func:`readings`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .planner import Plan
-from .recipe import LAST, MAX, MEAN, Part, Recipe
+from .recipe import ECHO, LAST, MAX, MEAN, Part, Recipe
 from .scorer import PrefixCache, Scorer
 
 
@@ -72,29 +77,56 @@ def hidden_states_at(
     return {k: v.reshape(-1, v.shape[-1]) for k, v in got.items()}, query[:, 0]
 
 
-def own_tokens(
-    last: torch.Tensor, lengths: Sequence[int], own: Sequence[int]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(flat indices, item of each) of every item's own tokens: the first ``own`` of its ``lengths``
-    suffix tokens (the rest is the chat template's hand-over); an empty ticket: all of them."""
+Tokens = tuple[torch.Tensor, torch.Tensor]  # (flat indices, item of each)
+
+
+def own_tokens(starts: Sequence[int], counts: Sequence[int], device: torch.device | None = None) -> Tokens:
+    """(flat indices, item of each) of ``counts[i]`` tokens from ``starts[i]``, for every item ``i``."""
     idx: list[int] = []
     seg: list[int] = []
-    for item, (end, n, k) in enumerate(zip(last.tolist(), lengths, own, strict=True)):
-        start = end - n + 1
-        k = k or n  # an empty ticket: pool what there is
+    for item, (start, k) in enumerate(zip(starts, counts, strict=True)):
         idx.extend(range(start, start + k))
         seg.extend([item] * k)
-    return torch.tensor(idx, device=last.device), torch.tensor(seg, device=last.device)
+    return torch.tensor(idx, device=device), torch.tensor(seg, device=device)
 
 
-def pool(
-    hidden: torch.Tensor, last: torch.Tensor, tokens: tuple[torch.Tensor, torch.Tensor], items: int, how: str
-) -> torch.Tensor:
-    """(items, d) float32 features: ``hidden`` at each item's last position, or its own ``tokens``
-    (:func:`own_tokens`) averaged or maximized."""
+class Readings(NamedTuple):
+    """Where each item's pooled positions lie in a pass's flat states (plan order)."""
+
+    first: Tokens  # the ticket's own tokens (an empty ticket: the hand-over's)
+    last: torch.Tensor  # the hand-over's last position: the one that predicts the label
+    second: Tokens | None  # echo layout: the second reading (an empty ticket: the echo text); else None
+
+
+def readings(ends: torch.Tensor, lengths: Sequence[int], after: int, echo: int | None = None) -> Readings:
+    """The :class:`Readings` of suffixes of ``lengths`` ending at flat indices ``ends``: each a ticket then
+    ``after`` hand-over tokens; with ``echo`` (the echo text's token count), then the echo text and the
+    ticket again."""
+    device = ends.device
+    starts = [end - n + 1 for end, n in zip(ends.tolist(), lengths, strict=True)]
+    extra = 0 if echo is None else echo
+    own = [max(0, n - after - extra) // (1 if echo is None else 2) for n in lengths]
+    first = own_tokens(starts, [k or after for k in own], device)  # an empty ticket: its hand-over
+    if echo is None:
+        return Readings(first, ends, None)
+    last = torch.tensor([s + k + after - 1 for s, k in zip(starts, own, strict=True)], device=device)
+    again = [s + k + after + (echo if k else 0) for s, k in zip(starts, own, strict=True)]
+    second = own_tokens(again, [k or echo for k in own], device)  # an empty ticket: the echo text
+    return Readings(first, last, second)
+
+
+def pool(hidden: torch.Tensor, at: Readings, items: int, how: str) -> torch.Tensor:
+    """(items, d) float32 features: ``hidden`` at each item's last position, its own tokens averaged or
+    maximized, or (``echo``) its second reading averaged (:func:`readings`)."""
     if how == LAST:
-        return hidden.index_select(0, last).float()
-    idx, seg = tokens
+        return hidden.index_select(0, at.last).float()
+    if how == ECHO:
+        if at.second is None:
+            raise ValueError("an echo part needs the pass that reads each ticket twice")
+        idx, seg = at.second
+        how = MEAN
+    else:
+        idx, seg = at.first
     picked = hidden.index_select(0, idx).float()
     out = torch.zeros(items, hidden.shape[-1], device=hidden.device)
     if how == MAX:
@@ -107,22 +139,35 @@ def pool(
 
 
 def extract_many(
-    scorer: Scorer, suffixes: Sequence[Sequence[int]], plan: Plan, recipes: Sequence[Recipe], after: int
+    scorer: Scorer,
+    suffixes: Sequence[Sequence[int]],
+    plan: Plan,
+    recipes: Sequence[Recipe],
+    after: int,
+    echo: int | None = None,
 ) -> list[torch.Tensor]:
     """Per recipe, (items in plan order, parts * d) features from one pass: its parts' pooled states
-    side by side, in the recipe's order. ``after``: template tokens ending each suffix."""
-    states, last = hidden_states_at(scorer, suffixes, plan, [k for r in recipes for k in r.layers])
+    side by side, in the recipe's order. ``after``: hand-over tokens after each ticket; ``echo``: the
+    echo text's tokens when the suffixes read each ticket twice (ValueError if a recipe needs it and it
+    is None)."""
+    if echo is None and any(r.echo for r in recipes):
+        raise ValueError("an echo recipe needs the suffixes that read each ticket twice")
+    states, ends = hidden_states_at(scorer, suffixes, plan, [k for r in recipes for k in r.layers])
     order = [i for row in plan.rows for i in row]
-    lengths = [len(suffixes[i]) for i in order]
-    tokens = own_tokens(last, lengths, [max(0, n - after) for n in lengths])
+    at = readings(ends, [len(suffixes[i]) for i in order], after, echo)
     pooled: dict[Part, torch.Tensor] = {}
     for part in {p for r in recipes for p in r.parts}:
-        pooled[part] = pool(states[part.layer], last, tokens, len(order), part.pool)
+        pooled[part] = pool(states[part.layer], at, len(order), part.pool)
     return [torch.cat([pooled[p] for p in r.parts], dim=1) for r in recipes]
 
 
 def extract(
-    scorer: Scorer, suffixes: Sequence[Sequence[int]], plan: Plan, recipe: Recipe, after: int
+    scorer: Scorer,
+    suffixes: Sequence[Sequence[int]],
+    plan: Plan,
+    recipe: Recipe,
+    after: int,
+    echo: int | None = None,
 ) -> torch.Tensor:
     """(items in plan order, parts * d) features of one recipe for one pass (:func:`extract_many`)."""
-    return extract_many(scorer, suffixes, plan, [recipe], after)[0]
+    return extract_many(scorer, suffixes, plan, [recipe], after, echo)[0]

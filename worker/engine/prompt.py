@@ -21,6 +21,9 @@ from typing import Any
 from .task import Task, TaskError
 
 _MARK = "\u2063TICKETQ_TICKET\u2063"  # invisible separators: cannot occur in an instruction by accident
+# Between a ticket's two readings when a head's recipe reads it twice (recipe.ECHO); the newline keeps the
+# second reading's first token apart, as the question's does for the first.
+ECHO_TEXT = "The message again:\n"
 
 
 class PromptSplitError(RuntimeError):
@@ -69,6 +72,8 @@ class Prompt:
     after_ids: tuple[int, ...]
     label_ids: tuple[tuple[int, ...], ...]  # per label: its tokens then the end-of-turn token
     max_ticket_tokens: int
+    echo_ids: tuple[int, ...] = ()  # ECHO_TEXT: between a ticket's two readings (ticket_ids(echo=True))
+    echo_fits: bool = False  # whether two readings of the longest ticket fit the context
 
     @classmethod
     def build(cls, tokenizer: Any, task: Task, *, context: int, max_ticket_tokens: int) -> Prompt:
@@ -96,30 +101,41 @@ class Prompt:
             raise PromptSplitError(
                 f"the prompt leaves {room} tokens of a {context}-token context for the ticket"
             )
+        longest = min(max_ticket_tokens, room)
+        echo_ids = tuple(_encode(tokenizer, ECHO_TEXT))
         return cls(
             prefix_text=prefix_text,
             after_text=after_text,
             prefix_ids=prefix_ids,
             after_ids=after_ids,
             label_ids=label_ids,
-            max_ticket_tokens=min(max_ticket_tokens, room),
+            max_ticket_tokens=longest,
+            echo_ids=echo_ids,
+            echo_fits=len(prefix_ids) + 2 * longest + len(after_ids) + len(echo_ids) <= context,
         )
 
-    def ticket_ids(self, tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    def ticket_ids(self, tokenizer: Any, texts: Sequence[str], *, echo: bool = False) -> list[list[int]]:
         """Per ticket: its tokens, truncated to ``max_ticket_tokens`` (the head is kept), then the
-        template's hand-over. One batched call to the (Rust) tokenizer."""
+        template's hand-over; with ``echo``, then ``ECHO_TEXT`` and the ticket's tokens again (its second
+        reading). One batched call to the (Rust) tokenizer."""
         enc = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        after = list(self.after_ids)
-        return [ids[: self.max_ticket_tokens] + after for ids in enc]
+        after, again = list(self.after_ids), list(self.echo_ids)
+        cut = [ids[: self.max_ticket_tokens] for ids in enc]
+        if echo:
+            return [ids + after + again + ids for ids in cut]
+        return [ids + after for ids in cut]
 
-    def check_split(self, tokenizer: Any, texts: Sequence[str]) -> None:
-        """Raise :class:`PromptSplitError` unless prefix + suffix (+ each label) tokenize like the whole.
+    def check_split(self, tokenizer: Any, texts: Sequence[str], *, echo: bool = False) -> None:
+        """Raise :class:`PromptSplitError` unless prefix + suffix (+ each label) tokenize like the whole;
+        with ``echo``, the suffix that reads each ticket twice (:meth:`ticket_ids`).
 
         ``texts`` must not contain special-token markup (which the whole-string tokenizer would parse)."""
         encoded = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
         for text, ids in zip(texts, encoded, strict=False):
-            whole = _encode(tokenizer, self.prefix_text + text + self.after_text)
-            if whole != [*self.prefix_ids, *ids, *self.after_ids]:
+            tail = ECHO_TEXT + text if echo else ""
+            again = [*self.echo_ids, *ids] if echo else []
+            whole = _encode(tokenizer, self.prefix_text + text + self.after_text + tail)
+            if whole != [*self.prefix_ids, *ids, *self.after_ids, *again]:
                 raise PromptSplitError(
                     f"prefix + suffix tokenization differs from the whole prompt for ticket {text[:60]!r}"
                 )

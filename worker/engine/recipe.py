@@ -6,6 +6,12 @@ pooled over the ticket's own tokens (``mean``: their average; ``max``: their ele
 at the prompt's last position, the one that predicts the label (``last``). The pass that computes them
 stops after the deepest layer any part reads (:mod:`.features`).
 
+``echo`` reads the ticket twice. A causal model's state at a ticket's token has seen only the tokens before
+it; a recipe with an ``echo`` part runs the pass over ``ticket + hand-over + "The message again:" +
+ticket`` and averages the second reading, where every token has seen the whole ticket (Springer et al.,
+2024, "Repetition Improves Language Model Embeddings"). The other parts read the first reading as
+before, so their features are unchanged; the pass costs about twice the ticket tokens (docs/head.md).
+
 Three forms of the same recipe: the object; the text a flag or a task file gives (``"8:mean,12:max"``,
 ``"10"`` = ``"10:mean"``); the dict a head file stores. A one-part recipe keeps the dict form heads were
 written with before recipes had parts (``{"layer": 10, "pool": "mean"}``), so their files load and their
@@ -22,12 +28,13 @@ from typing import Any, NamedTuple
 MEAN = "mean"
 MAX = "max"
 LAST = "last"
-POOLS = (MEAN, MAX, LAST)
+ECHO = "echo"  # the mean over the ticket's second reading
+POOLS = (MEAN, MAX, LAST, ECHO)
 
 
 class Part(NamedTuple):
     layer: int  # after this many decoder layers
-    pool: str  # MEAN, MAX or LAST
+    pool: str  # MEAN, MAX, LAST or ECHO
 
     def __str__(self) -> str:
         return f"{self.layer}:{self.pool}"
@@ -72,6 +79,11 @@ class Recipe:
     def layers(self) -> tuple[int, ...]:
         """The distinct layers read, shallowest first; the pass stops after the last."""
         return tuple(sorted({p.layer for p in self.parts}))
+
+    @property
+    def echo(self) -> bool:
+        """Whether a part reads the ticket's second reading: the pass then reads it twice."""
+        return any(p.pool == ECHO for p in self.parts)
 
     def width(self, hidden_size: int) -> int:
         """How many features a ticket gets: one hidden state per part."""

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .prompt import Prompt, render
-from .recipe import LAST, MAX, Recipe
+from .prompt import ECHO_TEXT, Prompt, render
+from .recipe import ECHO, LAST, MAX, Recipe
 from .task import CONTENT_FREE, Task
 
 
@@ -70,17 +70,30 @@ class ReferenceScorer:
     def features_one(self, text: str, recipe: Recipe) -> torch.Tensor:
         """A head's features the plain way: the whole prompt as one string, the full model run with every
         hidden state kept, then per part of the recipe, in its order, the ticket's tokens averaged
-        (``mean``) or maximized (``max``), or the last position (``last``), side by side."""
-        whole = render(self.tokenizer, self.task, self.truncated(text))
+        (``mean``) or maximized (``max``), or the last position (``last``), side by side. ``echo`` parts
+        come from a second run over the prompt followed by ``ECHO_TEXT`` and the ticket again: its last
+        tokens, the ticket's second reading, averaged (an empty ticket: the echo text's)."""
+        ticket = self.truncated(text)
+        whole = render(self.tokenizer, self.task, ticket)
         ids: list[int] = self.tokenizer(whole, add_special_tokens=False)["input_ids"]
         out = self.body(input_ids=torch.tensor([ids], device=self.device), output_hidden_states=True)
         start, end = len(self.prompt.prefix_ids), len(ids) - len(self.prompt.after_ids)
-        if end <= start:  # an empty ticket: the engine pools its hand-over tokens
+        own = end - start  # the ticket's tokens
+        if own <= 0:  # an empty ticket: the engine pools its hand-over tokens
             end = len(ids)
+        again = None
+        if recipe.echo:
+            twice = self.tokenizer(whole + ECHO_TEXT + ticket, add_special_tokens=False)["input_ids"]
+            read = self.body(input_ids=torch.tensor([twice], device=self.device), output_hidden_states=True)
+            again = (read.hidden_states, own if own > 0 else len(self.prompt.echo_ids))
         parts = []
         for part in recipe.parts:
             hidden = out.hidden_states[part.layer][0].float()
-            if part.pool == LAST:
+            if part.pool == ECHO:
+                assert again is not None
+                states, k = again
+                parts.append(states[part.layer][0][-k:].float().mean(0))
+            elif part.pool == LAST:
                 parts.append(hidden[-1])
             elif part.pool == MAX:
                 parts.append(hidden[start:end].amax(0))

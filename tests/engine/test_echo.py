@@ -1,0 +1,90 @@
+"""Recipes that read each ticket twice (``echo``), on the tiny random model: exact against the plain
+reference, placed on the second reading, and leaving every other part's features as they were."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from worker.engine import Engine
+from worker.engine.head import HeadError
+from worker.engine.model import LoadedModel
+from worker.engine.prompt import ECHO_TEXT
+from worker.engine.recipe import Recipe
+from worker.engine.reference import ReferenceScorer
+from worker.engine.task import load_task
+
+TEXTS = [
+    "My card was charged twice.",
+    "",
+    "x",
+    "Login fails with error 500 after the update, twice today, and again now.",
+    "Please change the email on my profile.",
+]
+ECHOES = [Recipe.parse("1:echo"), Recipe.parse("2:echo"), Recipe.parse("1:mean,2:max,2:echo,1:last,1:echo")]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny: LoadedModel) -> Engine:
+    return Engine(tiny, load_task())
+
+
+@pytest.mark.parametrize("recipe", ECHOES, ids=str)
+def test_echo_features_match_the_plain_reference(engine: Engine, recipe: Recipe) -> None:
+    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
+    got, stats = engine.features(TEXTS, recipe)
+    want = torch.stack([ref.features_one(t, recipe) for t in TEXTS])
+    assert len(stats) == 1  # still one packed pass
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_echo_averages_the_second_reading_not_the_first(engine: Engine) -> None:
+    text = TEXTS[3]
+    (got,), _ = engine.features([text], Recipe.parse("2:echo"))
+    own = engine.tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = [*engine.prompt.prefix_ids, *own, *engine.prompt.after_ids, *engine.prompt.echo_ids, *own]
+    with torch.inference_mode():
+        states = engine.scorer.body(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    second = states[2][0, -len(own) :]
+    torch.testing.assert_close(got, second.mean(0), atol=1e-4, rtol=1e-4)
+    first = len(engine.prompt.prefix_ids)
+    assert not torch.allclose(got, states[2][0, first : first + len(own)].mean(0), atol=1e-3)
+
+
+def test_other_parts_are_unchanged_in_a_pass_that_reads_twice(engine: Engine) -> None:
+    plain = Recipe.parse("1:mean,2:max,2:last")
+    together, _ = engine.features_many(TEXTS, [plain, Recipe.parse("2:echo")])
+    alone, _ = engine.features(TEXTS, plain)
+    torch.testing.assert_close(together[0], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_only_an_echo_recipe_makes_the_pass_read_twice(engine: Engine) -> None:
+    seen: list[int] = []
+    hook = engine.scorer.body.layers[0].register_forward_hook(
+        lambda _m, args, _o: seen.append(int(args[0].shape[1]) if args else 0)
+    )
+    try:
+        engine.features(TEXTS, Recipe.parse("1:mean"))
+        engine.features(TEXTS, Recipe.parse("1:echo"))
+    finally:
+        hook.remove()
+    once, twice = engine.tokenize(TEXTS), engine.prompt.ticket_ids(engine.tokenizer, TEXTS, echo=True)
+    grown = len(engine.prompt.echo_ids) - len(engine.prompt.after_ids)
+    assert [len(b) for b in twice] == [2 * len(a) + grown for a in once]
+    assert seen[1] > seen[0]  # the second pass is wider: it reads every ticket twice
+
+
+def test_echo_text_splits_like_the_whole_prompt(engine: Engine) -> None:
+    engine.prompt.check_split(engine.tokenizer, TEXTS, echo=True)  # raises PromptSplitError if not
+    assert engine.tokenizer.decode(list(engine.prompt.echo_ids)) == ECHO_TEXT
+
+
+def test_tickets_too_long_to_read_twice_are_refused(engine: Engine) -> None:
+    cramped = replace(engine.prompt, echo_fits=False)
+    tight = Engine.__new__(Engine)
+    tight.__dict__.update(engine.__dict__, prompt=cramped)
+    with pytest.raises(HeadError, match="lower --max-ticket-tokens"):
+        tight.features(TEXTS[:1], Recipe.parse("1:echo"))
+    tight.features(TEXTS[:1], Recipe.parse("1:mean"))  # an ordinary recipe still runs
