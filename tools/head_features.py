@@ -4,7 +4,9 @@
 id,text,label, or Banking77's text,category) through the whole model, and stores, per ticket and per
 layer, the hidden state averaged over the ticket's own tokens (``mean``), its maximum over them (``max``)
 and the state at the prompt's last position (``last``), as float16 in one ``torch.save`` file (not in
-git: put it under out/). ``tools.head_recipes`` reads those files. The engine's dtype is its default
+git: put it under out/); with ``--echo`` the pass reads each ticket twice, as an ``echo`` recipe's does,
+and also stores the mean over the second reading (``echo``; the other three are the same either way).
+``tools.head_recipes`` and ``tools.few_shot`` read those files. The engine's dtype is its default
 (``auto``) unless ``--dtype`` says otherwise; heads and features are per dtype.
 
     nice -n 10 python -m tools.head_features extract --task out/b77/task.toml \
@@ -25,6 +27,7 @@ import torch
 
 from worker.bench.data import read_items
 from worker.engine import Engine
+from worker.engine import features as feats
 from worker.engine.options import EngineOptions
 from worker.engine.scorer import PrefixCache
 
@@ -83,22 +86,25 @@ def layer_states(
 
 
 @torch.inference_mode()
-def all_layers(engine: Engine, texts: list[str], depth: int, log_every: int = 500) -> dict[str, torch.Tensor]:
-    """pool -> (n, depth, d) float16 features of layers 1..depth, in input order; the pass stops there."""
-    suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts)
-    after = len(engine.prompt.after_ids)
+def all_layers(
+    engine: Engine, texts: list[str], depth: int, *, echo: bool = False, log_every: int = 500
+) -> dict[str, torch.Tensor]:
+    """pool -> (n, depth, d) float16 features of layers 1..depth, in input order, pooled as the engine
+    pools them (:func:`worker.engine.features.readings`); the pass stops there. ``echo``: read each
+    ticket twice and add the ``echo`` pool."""
+    suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts, echo=echo)
+    after, again = len(engine.prompt.after_ids), len(engine.prompt.echo_ids) if echo else None
+    if echo:
+        engine.check_echo()
     d = int(engine.loaded.model.config.hidden_size)
-    out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in POOLS}
+    pools = (*POOLS, "echo") if echo else POOLS
+    out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in pools}
     done, start = 0, time.perf_counter()
     for order, ends, stack in layer_states(engine, suffixes, depth):
-        for item, end in zip(order, ends, strict=True):
-            n = len(suffixes[item])
-            k = max(0, n - after) or n
-            start_pos = end - n + 1
-            own = stack[start_pos : start_pos + k].float()
-            out["mean"][item] = own.mean(0).half()
-            out["max"][item] = own.amax(0).half()
-            out["last"][item] = stack[end].float().half()
+        at = feats.readings(torch.tensor(ends), [len(suffixes[i]) for i in order], after, again)
+        flat = stack.reshape(stack.shape[0], -1)  # every layer side by side: one pooling serves all
+        for p in pools:
+            out[p][order] = feats.pool(flat, at, len(order), p).view(len(order), depth, d).half()
         done += len(order)
         if done // log_every != (done - len(order)) // log_every:
             rate = done / (time.perf_counter() - start)
@@ -112,12 +118,12 @@ def extract(args: argparse.Namespace) -> None:
     texts, labels = read_labelled(args.tickets)
     print(f"{args.tickets}: {len(texts)} tickets; {info['model']} {info['dtype']}", file=sys.stderr)
     start = time.perf_counter()
-    feats = all_layers(engine, texts, args.depth)
+    pooled = all_layers(engine, texts, args.depth, echo=args.echo)
     seconds = time.perf_counter() - start
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
-            "features": feats,
+            "features": pooled,
             "texts": texts,
             "labels": labels,
             "task_labels": list(engine.task.labels),
@@ -138,6 +144,7 @@ def main() -> None:
     ex.add_argument("--out", required=True)
     ex.add_argument("--dtype", default="auto")
     ex.add_argument("--depth", type=int, default=12, help="layers 1..DEPTH (the pass stops there)")
+    ex.add_argument("--echo", action="store_true", help="read each ticket twice; add the echo pool")
     args = parser.parse_args()
     extract(args)
 
