@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from test_multipart import TEXTS  # short, empty, one-token and long tickets
 
 from worker.engine import Engine
 from worker.engine.head import HeadError
@@ -16,13 +17,6 @@ from worker.engine.recipe import Recipe
 from worker.engine.reference import ReferenceScorer
 from worker.engine.task import load_task
 
-TEXTS = [
-    "My card was charged twice.",
-    "",
-    "x",
-    "Login fails with error 500 after the update, twice today, and again now.",
-    "Please change the email on my profile.",
-]
 ECHOES = [Recipe.parse("1:echo"), Recipe.parse("2:echo"), Recipe.parse("1:mean,2:max,2:echo,1:last,1:echo")]
 
 
