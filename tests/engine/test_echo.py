@@ -4,18 +4,23 @@ reference, placed on the second reading, and leaving every other part's features
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from test_head import labelled
 from test_multipart import TEXTS  # short, empty, one-token and long tickets
 
 from worker.engine import Engine
+from worker.engine import features as feats
 from worker.engine.head import HeadError
 from worker.engine.model import LoadedModel
 from worker.engine.prompt import ECHO_TEXT
 from worker.engine.recipe import Recipe
 from worker.engine.reference import ReferenceScorer
-from worker.engine.task import load_task
+from worker.engine.task import DEFAULT_TASK_PATH, load_task
+from worker.engine.training import train_head
 
 ECHOES = [Recipe.parse("1:echo"), Recipe.parse("2:echo"), Recipe.parse("1:mean,2:max,2:echo,1:last,1:echo")]
 
@@ -82,3 +87,36 @@ def test_tickets_too_long_to_read_twice_are_refused(engine: Engine) -> None:
     with pytest.raises(HeadError, match="lower --max-ticket-tokens"):
         tight.features(TEXTS[:1], Recipe.parse("1:echo"))
     tight.features(TEXTS[:1], Recipe.parse("1:mean"))  # an ordinary recipe still runs
+
+
+def test_verify_checks_an_echo_head_and_sees_a_wrong_second_reading(
+    engine: Engine,
+    tiny_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """train -> head file -> verify against the plain reference; then an engine that pools the first
+    reading where the second belongs: verify must fail."""
+    from worker.cli import main
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path / "cache"))
+    texts, labels = labelled(6)
+    head = train_head(engine, texts, labels, seed=3, recipe=ECHOES[2])
+    head.save(tmp_path / "echo.head")
+    task = DEFAULT_TASK_PATH.read_text(encoding="utf-8")
+    task = task.replace('head_data = "../data/head_train.csv"', 'head = "echo.head"')
+    (tmp_path / "task.toml").write_text(task, encoding="utf-8")
+    flags = ["--model", str(tiny_dir), "--task", str(tmp_path / "task.toml"), "--limit", "6"]
+    assert main(["verify", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"(recipe {ECHOES[2]})" in out and "agreement 6/6" in out and out.rstrip().endswith("OK")
+
+    right = feats.readings
+
+    def first_twice(*args: Any, **kwargs: Any) -> feats.Readings:
+        return right(*args, **kwargs)._replace(second=right(*args, **kwargs).first)
+
+    monkeypatch.setattr(feats, "readings", first_twice)
+    assert main(["verify", *flags]) == 1
+    assert "FAIL:" in (err := capsys.readouterr().err) and "head log-probabilities" in err
