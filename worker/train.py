@@ -74,7 +74,8 @@ class TrainOptions:
     recipe: Recipe | None = option(
         None,
         help="the hidden states the head reads: LAYER:POOL parts, comma-separated, concatenated in that "
-        "order (POOL mean, max or last; a bare LAYER is mean-pooled), e.g. 8:mean,12:mean,8:max,12:max",
+        "order (POOL mean, max, last, or echo: the mean over a second reading of the ticket, which the "
+        "pass then reads twice; a bare LAYER is mean-pooled), e.g. 8:mean,12:mean,8:max,12:max",
         shown="the task's recipe, else a third of the way up, mean-pooled (10 of SmolLM2's 30)",
         metavar="SPEC",
         parse=Recipe.parse,
