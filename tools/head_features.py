@@ -92,10 +92,8 @@ def all_layers(
     """pool -> (n, depth, d) float16 features of layers 1..depth, in input order, pooled as the engine
     pools them (:func:`worker.engine.features.readings`); the pass stops there. ``echo``: read each
     ticket twice and add the ``echo`` pool."""
-    suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts, echo=echo)
-    after, again = len(engine.prompt.after_ids), len(engine.prompt.echo_ids) if echo else None
-    if echo:
-        engine.check_echo()
+    suffixes, again = engine.suffixes(texts, echo=echo)
+    after = len(engine.prompt.after_ids)
     d = int(engine.loaded.model.config.hidden_size)
     pools = (*POOLS, "echo") if echo else POOLS
     out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in pools}

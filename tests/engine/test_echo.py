@@ -115,7 +115,8 @@ def test_verify_checks_an_echo_head_and_sees_a_wrong_second_reading(
     right = feats.readings
 
     def first_twice(*args: Any, **kwargs: Any) -> feats.Readings:
-        return right(*args, **kwargs)._replace(second=right(*args, **kwargs).first)
+        at = right(*args, **kwargs)
+        return at._replace(second=at.first)
 
     monkeypatch.setattr(feats, "readings", first_twice)
     assert main(["verify", *flags]) == 1

@@ -267,7 +267,7 @@ class Engine:
         without the label tree, stopped at the recipe's deepest layer. ``progress(n)`` after each pass;
         no ``recipe``: the head's, else the one a head is trained with (:func:`.training.recipe_for`)."""
         recipe = recipe or (self.head.recipe if self.head else recipe_for(self))
-        suffixes, echo = self._suffixes(texts, [recipe])
+        suffixes, echo = self.suffixes(texts, echo=recipe.echo)
         after = len(self.prompt.after_ids)
 
         def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
@@ -289,7 +289,7 @@ class Engine:
         """Per recipe, (tickets, features) float32 features in input order, all from one packed,
         prefix-cached pass that stops at the deepest layer any recipe reads (:mod:`.features`)."""
         unique = list(dict.fromkeys(recipes))
-        suffixes, echo = self._suffixes(texts, unique)
+        suffixes, echo = self.suffixes(texts, echo=any(r.echo for r in unique))
         after = len(self.prompt.after_ids)
 
         def run(sfx: Sequence[Sequence[int]], plan: Plan) -> torch.Tensor:
@@ -301,12 +301,11 @@ class Engine:
         parts = x.split(widths, dim=1)
         return [parts[unique.index(r)] for r in recipes], stats
 
-    def _suffixes(
-        self, texts: Sequence[str], recipes: Sequence[Recipe]
-    ) -> tuple[list[list[int]], int | None]:
-        """The features pass's suffixes and, when a recipe reads each ticket twice (``echo``: the whole
-        pass then does), the echo text's token count (HeadError if it cannot, :meth:`check_echo`)."""
-        if not any(r.echo for r in recipes):
+    def suffixes(self, texts: Sequence[str], *, echo: bool = False) -> tuple[list[list[int]], int | None]:
+        """The features pass's suffixes and, with ``echo`` (a recipe reads each ticket twice: the whole
+        pass then does), the echo text's token count, else None (HeadError if it cannot:
+        :meth:`check_echo`)."""
+        if not echo:
             return self.prompt.ticket_ids(self.tokenizer, texts), None
         self.check_echo()
         return self.prompt.ticket_ids(self.tokenizer, texts, echo=True), len(self.prompt.echo_ids)

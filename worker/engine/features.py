@@ -104,8 +104,8 @@ def readings(ends: torch.Tensor, lengths: Sequence[int], after: int, echo: int |
     ticket again."""
     device = ends.device
     starts = [end - n + 1 for end, n in zip(ends.tolist(), lengths, strict=True)]
-    extra = 0 if echo is None else echo
-    own = [max(0, n - after - extra) // (1 if echo is None else 2) for n in lengths]
+    reads = 1 if echo is None else 2  # the ticket's tokens appear once or twice in each suffix
+    own = [max(0, n - after - (echo or 0)) // reads for n in lengths]
     first = own_tokens(starts, [k or after for k in own], device)  # an empty ticket: its hand-over
     if echo is None:
         return Readings(first, ends, None)
