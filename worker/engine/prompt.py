@@ -55,6 +55,14 @@ def render(tokenizer: Any, task: Task, ticket: str) -> str:
     return out
 
 
+def _encode_all(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Ticket texts' tokens, special-token markup read as plain characters."""
+    ids: list[list[int]] = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)[
+        "input_ids"
+    ]
+    return ids
+
+
 def _encode(tokenizer: Any, text: str, *, split_special: bool = False) -> list[int]:
     ids: list[int] = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special)[
         "input_ids"
@@ -114,13 +122,38 @@ class Prompt:
             echo_fits=len(prefix_ids) + 2 * longest + len(after_ids) + len(echo_ids) <= context,
         )
 
+    def fit(self, tokenizer: Any, texts: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+        """Each ticket as both scorers read it, and its tokens: without leading or trailing white space (the
+        wire protocol strips it too; a leading newline would merge with the question's), and when longer
+        than ``max_ticket_tokens``, cut at a character boundary to its first tokens: the text before the
+        first token that does not fit, less a character split across tokens (an emoji, most CJK) and
+        trailing white space. A cut text's tokens are those of the text itself, so the engine (which
+        tokenizes the ticket alone) and the reference (the whole prompt as one string) read the same
+        tokens; cutting the token list instead would leave half a character, which decodes to U+FFFD.
+        One batched call to the (Rust) tokenizer; over-long tickets take two more each (offsets need a
+        fast tokenizer, which ``AutoTokenizer`` loads)."""
+        limit = self.max_ticket_tokens
+        kept = [t.strip() for t in texts]
+        enc = _encode_all(tokenizer, kept)
+        for i in [i for i, ids in enumerate(enc) if len(ids) > limit]:
+            spans = tokenizer(
+                kept[i], add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True
+            )["offset_mapping"]
+            k = limit  # the first token left out
+            while True:
+                cut = kept[i][: spans[k][0]].rstrip()
+                ids = _encode_all(tokenizer, [cut])[0]
+                if len(ids) <= limit:  # a cut may re-merge into more tokens: then drop one more
+                    break
+                k -= 1
+            kept[i], enc[i] = cut, ids
+        return kept, enc
+
     def ticket_ids(self, tokenizer: Any, texts: Sequence[str], *, echo: bool = False) -> list[list[int]]:
-        """Per ticket: its tokens, truncated to ``max_ticket_tokens`` (the head is kept), then the
-        template's hand-over; with ``echo``, then ``ECHO_TEXT`` and the ticket's tokens again (its second
-        reading). One batched call to the (Rust) tokenizer."""
-        enc = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        """Per ticket: its tokens as :meth:`fit` leaves them, then the template's hand-over; with ``echo``,
+        then ``ECHO_TEXT`` and the ticket's tokens again (its second reading)."""
+        _, cut = self.fit(tokenizer, texts)
         after, again = list(self.after_ids), list(self.echo_ids)
-        cut = [ids[: self.max_ticket_tokens] for ids in enc]
         if echo:
             return [ids + after + again + ids for ids in cut]
         return [ids + after for ids in cut]
@@ -130,8 +163,8 @@ class Prompt:
         with ``echo``, the suffix that reads each ticket twice (:meth:`ticket_ids`).
 
         ``texts`` must not contain special-token markup (which the whole-string tokenizer would parse)."""
-        encoded = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        for text, ids in zip(texts, encoded, strict=False):
+        kept, encoded = self.fit(tokenizer, texts)
+        for text, ids in zip(kept, encoded, strict=False):
             tail = ECHO_TEXT + text if echo else ""
             again = [*self.echo_ids, *ids] if echo else []
             whole = _encode(tokenizer, self.prefix_text + text + self.after_text + tail)
@@ -141,7 +174,9 @@ class Prompt:
                 )
         probe_text = self.prefix_text + "x" + self.after_text
         probe = _encode(tokenizer, probe_text)
-        for ids in self.label_ids:
-            whole = _encode(tokenizer, probe_text + tokenizer.decode(list(ids)))
-            if whole != [*probe, *ids]:
-                raise PromptSplitError(f"label tokens {list(ids)} do not tokenize the same after the prompt")
+        for label in self.label_ids:
+            whole = _encode(tokenizer, probe_text + tokenizer.decode(list(label)))
+            if whole != [*probe, *label]:
+                raise PromptSplitError(
+                    f"label tokens {list(label)} do not tokenize the same after the prompt"
+                )

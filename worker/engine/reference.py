@@ -36,12 +36,10 @@ class ReferenceScorer:
         self.head_bias = None if getattr(head, "bias", None) is None else head.bias.detach().float()
 
     def truncated(self, text: str) -> str:
-        """The ticket as the engine sees it: at most ``max_ticket_tokens`` tokens (head kept)."""
-        ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        if len(ids) <= self.prompt.max_ticket_tokens:
-            return text
-        out: str = self.tokenizer.decode(ids[: self.prompt.max_ticket_tokens])
-        return out
+        """The ticket as the engine sees it (``Prompt.fit``): stripped, at most ``max_ticket_tokens``
+        tokens, cut at a character boundary."""
+        [kept], _ = self.prompt.fit(self.tokenizer, [text])
+        return kept
 
     @torch.inference_mode()
     def score_one(self, text: str) -> list[float]:
