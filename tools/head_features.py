@@ -111,7 +111,7 @@ def all_layers(
 
 
 def extract(args: argparse.Namespace) -> None:
-    engine = Engine.load(EngineOptions(task=args.task, head="none", dtype=args.dtype))
+    engine = Engine.load(EngineOptions(task=args.task, head="none", dtype=args.dtype), questions=False)
     info = engine.describe()
     texts, labels = read_labelled(args.tickets)
     print(f"{args.tickets}: {len(texts)} tickets; {info['model']} {info['dtype']}", file=sys.stderr)
