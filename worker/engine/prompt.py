@@ -130,23 +130,31 @@ class Prompt:
         trailing white space. A cut text's tokens are those of the text itself, so the engine (which
         tokenizes the ticket alone) and the reference (the whole prompt as one string) read the same
         tokens; cutting the token list instead would leave half a character, which decodes to U+FFFD.
-        One batched call to the (Rust) tokenizer; over-long tickets take two more each (offsets need a
+        One batched call to the (Rust) tokenizer, two more when some ticket is over-long (offsets need a
         fast tokenizer, which ``AutoTokenizer`` loads)."""
         limit = self.max_ticket_tokens
         kept = [t.strip() for t in texts]
         enc = _encode_all(tokenizer, kept)
-        for i in [i for i, ids in enumerate(enc) if len(ids) > limit]:
-            spans = tokenizer(
-                kept[i], add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True
-            )["offset_mapping"]
-            k = limit  # the first token left out
-            while True:
-                cut = kept[i][: spans[k][0]].rstrip()
-                ids = _encode_all(tokenizer, [cut])[0]
-                if len(ids) <= limit:  # a cut may re-merge into more tokens: then drop one more
-                    break
-                k -= 1
-            kept[i], enc[i] = cut, ids
+        long = [i for i, ids in enumerate(enc) if len(ids) > limit]
+        if not long:
+            return kept, enc
+        spans = tokenizer(
+            [kept[i] for i in long],
+            add_special_tokens=False,
+            split_special_tokens=True,
+            return_offsets_mapping=True,
+        )["offset_mapping"]
+        first_out = dict.fromkeys(long, limit)  # per over-long ticket: the first token left out
+        while long:
+            cuts = [kept[i][: spans[j][first_out[i]][0]].rstrip() for j, i in enumerate(long)]
+            again = []
+            for j, (i, cut, ids) in enumerate(zip(long, cuts, _encode_all(tokenizer, cuts), strict=True)):
+                if len(ids) <= limit:
+                    kept[i], enc[i] = cut, ids
+                else:  # a cut inside a word may re-merge into more tokens: then leave one more out
+                    first_out[i] -= 1
+                    again.append(j)
+            long, spans = [long[j] for j in again], [spans[j] for j in again]
         return kept, enc
 
     def ticket_ids(self, tokenizer: Any, texts: Sequence[str], *, echo: bool = False) -> list[list[int]]:
