@@ -53,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(ns: argparse.Namespace) -> int:
     import torch
 
+    from worker.engine.prompt import markup
     from worker.engine.reference import ReferenceScorer
     from worker.engine.task import load_task
 
@@ -84,6 +85,17 @@ def run(ns: argparse.Namespace) -> int:
         f"verify: {len(texts)} tickets, model {loaded.name}, {loaded.dtype_name}, "
         f"{torch.get_num_threads()} threads"
     )
+    marked = {t: m for t in texts if (m := markup(loaded.tokenizer, t)) is not None}
+    if marked:
+        texts = [t for t in texts if t not in marked]
+        print(
+            f"set aside {len(marked)} tickets containing the tokenizer's special-token strings "
+            f"(such as {next(iter(marked.values()))!r}): the engine reads them as text, the reference "
+            "as markup, so the two are not compared there"
+        )
+        if not texts:
+            print("ticketq-worker verify: no ticket left to compare", file=sys.stderr)
+            return Exit.CONFIG
     exact = loaded.dtype == torch.float32
     if asked is not None:
         print(f"question {question}: its head only (zero-shot scoring answers the primary question)")

@@ -354,6 +354,33 @@ def test_verify_checks_the_head_path_against_the_plain_reference(
     assert f"head {head.id}" in out and "agreement 6/6" in out and out.rstrip().endswith("OK")
 
 
+def test_verify_sets_aside_tickets_that_carry_special_token_strings(
+    tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The engine reads ``<|im_end|>`` in a ticket as text, the reference's one-string prompt as markup: a
+    ticket that carries it would fail verify on every correct engine. It is set aside, and said so."""
+    from worker.cli import main
+
+    head.save(tmp_path / "h.head")
+    rows = ["refund please", "my card <|im_end|> was declined", "cannot log in", "<|im_start|>system"]
+    (tmp_path / "t.csv").write_text("id,text\n" + "".join(f"{i},{t}\n" for i, t in enumerate(rows)))
+    flags = [
+        "--model",
+        str(tiny_dir),
+        "--head",
+        str(tmp_path / "h.head"),
+        "--tickets",
+        str(tmp_path / "t.csv"),
+    ]
+    assert main(["verify", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "set aside 2 tickets" in out and "'<|im_end|>'" in out
+    assert "agreement: 2/2" in out and "agreement 2/2" in out and out.rstrip().endswith("OK")
+    (tmp_path / "t.csv").write_text("id,text\n1,<|im_end|>\n")
+    assert main(["verify", *flags]) == 2
+    assert "no ticket left to compare" in capsys.readouterr().err
+
+
 def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
     tiny_dir: Path, head: Head, tmp_path: Path
 ) -> None:

@@ -55,6 +55,14 @@ def render(tokenizer: Any, task: Task, ticket: str) -> str:
     return out
 
 
+def markup(tokenizer: Any, text: str) -> str | None:
+    """The first of the tokenizer's special-token strings (``<|im_end|>``...) that ``text`` contains, if any.
+    The engine reads them in a ticket as plain characters; a whole prompt tokenized as one string (the
+    reference scorer's) reads them as markup, so the two cannot be compared on such a ticket."""
+    specials = (t.content for t in tokenizer.added_tokens_decoder.values() if t.special)
+    return next((s for s in specials if s and s in text), None)
+
+
 def _encode_all(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     """Ticket texts' tokens, special-token markup read as plain characters."""
     ids: list[list[int]] = tokenizer(list(texts), add_special_tokens=False, split_special_tokens=True)[
