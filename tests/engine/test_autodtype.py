@@ -262,3 +262,9 @@ def test_planned_recipes_are_what_the_heads_will_read(tmp_path: Path) -> None:
     q = Question("intent", ("a", "b"), head_data="x.csv", recipe=Recipe.parse("8:mean,12:max"))
     asked = replace(task, questions=(q,))
     assert planned_recipes(asked, None, 30) == [Recipe.default(30), Recipe.parse("8:mean,12:max")]
+    intents = tuple(f"intent_{i}" for i in range(12))  # a fine-grained question without a recipe
+    fine = replace(task, questions=(Question("intent", intents, head_data="x.csv"),))
+    assert planned_recipes(fine, None, 30) == [
+        Recipe.default(30),
+        Recipe.parse("8:mean,12:mean,8:max,12:max"),
+    ]

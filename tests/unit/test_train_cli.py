@@ -82,8 +82,10 @@ def test_train_from_an_unreachable_redis_exits_3_like_the_producer(
 def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better() -> None:
     from types import SimpleNamespace
 
-    from worker.engine.recipe import Recipe
-    from worker.train import FINE, RICH, hints
+    from worker.engine.recipe import FINE, Recipe
+    from worker.train import hints
+
+    RICH = "8:mean,12:mean,8:max,12:max"
 
     def head(labels: int, per_label: int, recipe: Recipe, **training: object) -> SimpleNamespace:
         counts = {f"intent_{i}": per_label for i in range(labels)}

@@ -347,9 +347,10 @@ def extras_features(
 
 def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
     """The recipe a head for ``engine`` is trained with: ``given`` (``train --recipe``), else its task's
-    (``recipe`` in the task file or the question's table), else :meth:`Recipe.default`. TrainingError
-    (one line) when the model lacks a layer it reads."""
-    recipe = given or engine.task.recipe or Recipe.default(engine.n_layers)
+    (``recipe`` in the task file or the question's table), else :meth:`Recipe.default` for its labels.
+    TrainingError (one line) when the model lacks a layer it reads."""
+    task = engine.task
+    recipe = given or task.recipe or Recipe.default(engine.n_layers, len(task.labels))
     try:
         recipe.check(engine.n_layers)
     except ValueError as exc:
@@ -367,11 +368,12 @@ def planned_recipes(task: Task, spec: str | None, n_layers: int) -> list[Recipe]
     if spec or task.head:
         primary = Head.load(spec or task.head or "").recipe
     elif task.head_data:
-        primary = task.recipe or Recipe.default(n_layers)
+        primary = task.recipe or Recipe.default(n_layers, len(task.labels))
     else:
         return None
     further = [
-        Head.load(q.head).recipe if q.head else q.recipe or Recipe.default(n_layers) for q in task.questions
+        Head.load(q.head).recipe if q.head else q.recipe or Recipe.default(n_layers, len(q.labels))
+        for q in task.questions
     ]
     return [primary, *further]
 
