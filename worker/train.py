@@ -62,6 +62,7 @@ from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import FINE, Recipe
+from worker.engine.task import FEW
 from worker.evaluate import confusion_lines
 from worker.review import AccuracyOptions
 
@@ -113,7 +114,7 @@ def fail(message: str, code: Exit = Exit.CONFIG) -> int:
 
 def run(ns: argparse.Namespace) -> int:
     from worker import corrections
-    from worker.engine.task import load_task
+    from worker.engine.task import load_task, wants_names
     from worker.evaluate import check_labels
 
     source = ns.tickets or ""
@@ -147,7 +148,6 @@ def run(ns: argparse.Namespace) -> int:
         # --from-redis/--publish refits from labelled tickets, so there the keys are not used
         use_keys = not (store.from_redis or store.publish)
         declared = task if asked is None else asked
-        label_names = args.label_names or (use_keys and declared.label_names)
         unlabeled = args.unlabeled or (declared.unlabeled_data if use_keys else None)
         free = [it.text for it in read_items(unlabeled)] if unlabeled else []
         base = args.tickets
@@ -175,6 +175,9 @@ def run(ns: argparse.Namespace) -> int:
         if auto_accuracy is None:
             auto_accuracy = task.auto_accuracy if asked is None else asked.auto_accuracy
         labels = [it.label or "" for it in items]
+        label_names = args.label_names or (
+            use_keys and wants_names(declared.label_names, labels, len(question_labels))
+        )
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
@@ -449,7 +452,7 @@ def hints(head: Any, layers: Any) -> list[str]:
             "measured 2 to 4 points better on fine-grained intents, at 0.87x the items/s (docs/head.md)"
         )
     few = sorted(n for n in t["counts"].values() if n)
-    if "beyond" not in t and few and few[len(few) // 2] <= 20:
+    if "beyond" not in t and few and few[len(few) // 2] <= FEW:
         out.append(
             "hint: with few tickets per label, --label-names and --unlabeled FILE (tickets nobody labelled) "
             "measured 4 to 6 points better on 77 intents; train checks them out of fold (docs/head.md)"

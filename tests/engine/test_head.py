@@ -246,6 +246,44 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     )
 
 
+def test_train_learns_label_names_unasked_for_many_labels_with_few_tickets_each(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No label_names key: a question of FINE labels with a few tickets each learns its names (checked out
+    of fold as always); ``label_names = false`` turns that off, and plenty of tickets per label needs none."""
+    import json
+
+    from worker.cli import main
+    from worker.engine.recipe import FINE
+    from worker.engine.task import DEFAULT_TASK_PATH, FEW
+
+    intents = [f"intent_{i}" for i in range(FINE)]
+    texts, _ = labelled(FINE)
+
+    def rows(per_label: int) -> str:
+        out = [f'{k},"{texts[k % len(texts)]} #{k}",{intents[k % FINE]}' for k in range(per_label * FINE)]
+        return "\n".join(["id,text,label", *out]) + "\n"
+
+    (tmp_path / "few.csv").write_text(rows(3))
+    (tmp_path / "many.csv").write_text(rows(FEW + 1))
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8").replace('head_data = "../data/head_train.csv"', "")
+    table = f"\n[questions.intent]\nlabels = {json.dumps(intents)}\n"
+    (tmp_path / "task.toml").write_text(text + table)
+    (tmp_path / "off.toml").write_text(text + table + "label_names = false\n")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--question", "intent"]
+
+    def trained(task: str, data: str) -> dict:
+        out = tmp_path / f"{task}-{data}.head"
+        args = ["--task", str(tmp_path / task), "--tickets", str(tmp_path / data), "--out", str(out)]
+        assert main(["train", *flags, *args]) == 0
+        capsys.readouterr()
+        return Head.load(out).training
+
+    assert trained("task.toml", "few.csv")["beyond"]["label_names"] == FINE
+    assert "beyond" not in trained("off.toml", "few.csv")
+    assert "beyond" not in trained("task.toml", "many.csv")
+
+
 def blobs(engine: Engine, n: int, seed: int) -> tuple[torch.Tensor, list[str], torch.Tensor]:
     """Features of ``n`` tickets per label around one centre per label (the task's labels, in order),
     their labels, and the centres."""

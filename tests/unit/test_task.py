@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.engine.task import Task, TaskError, load_task
+from worker.engine.recipe import FINE
+from worker.engine.task import FEW, Task, TaskError, load_task, wants_names
 
 
 def test_default_task_is_the_three_support_classes() -> None:
@@ -150,8 +151,18 @@ def test_label_names_and_unlabeled_data_are_read_per_question_beside_the_task_fi
     intent, urgency = task.questions
     assert (task.label_names, task.unlabeled_data) == (True, None)
     assert (intent.label_names, intent.unlabeled_data) == (True, str(tmp_path / "stream.csv"))
-    assert (urgency.label_names, urgency.unlabeled_data) == (False, None)
-    assert (load_task().label_names, load_task().unlabeled_data) == (False, None)  # off unless asked
+    assert (urgency.label_names, urgency.unlabeled_data) == (None, None)  # no key: by the data
+    assert (load_task().label_names, load_task().unlabeled_data) == (None, None)
+
+
+def test_label_names_without_a_key_are_learnt_for_many_labels_with_few_tickets_each() -> None:
+    intents = [f"intent_{i}" for i in range(FINE)]
+    few = [lab for lab in intents for _ in range(FEW)]
+    assert wants_names(None, few, FINE) is True
+    assert wants_names(None, few + few, FINE) is False  # plenty of tickets: names add nothing
+    assert wants_names(None, few[: FEW * 3], FINE - 1) is False  # a coarse label set
+    assert wants_names(False, few, FINE) is False and wants_names(True, few + few, 2) is True  # as declared
+    assert wants_names(None, [], FINE) is False
 
 
 @pytest.mark.parametrize(

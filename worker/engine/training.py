@@ -20,7 +20,7 @@ from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
 from .recipe import Recipe
-from .task import Task
+from .task import Task, wants_names
 from .types import BatchStats
 
 
@@ -420,10 +420,13 @@ def cached_head(
         ) from None
     ident = engine.identity
     recipe = recipe_for(engine)
+    rows = _rows(raw, str(data))
+    texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
+    label_names = wants_names(task.label_names, labels, len(task.labels))
     # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
     # heads cached before these keys existed still match
     beyond_key = {
-        **({"label_names": True} if task.label_names else {}),
+        **({"label_names": True} if label_names else {}),
         **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
     }
     if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
@@ -449,15 +452,13 @@ def cached_head(
             return head
         except HeadError:
             pass  # a damaged cache entry: train again and overwrite it
-    rows = _rows(raw, str(data))
     start = time.perf_counter()
     if log:
         log("head_training", data=str(data), tickets=len(rows), cache=str(path))
-    texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
     free_texts = None
     if free_raw is not None:
         free_texts = [str(r.get("text") or "") for r in _rows(free_raw, str(task.unlabeled_data))]
-    names, free = extras_features(engine, recipe, task.label_names, free_texts)
+    names, free = extras_features(engine, recipe, label_names, free_texts)
     head = train_head(
         engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy, names=names, unlabeled=free
     )
