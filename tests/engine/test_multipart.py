@@ -14,7 +14,7 @@ from worker.engine import Engine
 from worker.engine import features as feats
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
-from worker.engine.recipe import MAX, MEAN, Recipe
+from worker.engine.recipe import FINE, MAX, MEAN, Recipe
 from worker.engine.task import DEFAULT_TASK_PATH, load_task
 from worker.engine.training import TrainingError, train_head
 
@@ -354,6 +354,18 @@ def test_a_head_data_head_learns_the_label_names_and_unlabeled_data_its_task_dec
     again = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
     assert again.answer_heads["urgency"].id == head.id  # read from the cache, not trained again
     assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
+    # no key, many labels and few tickets each: the names are learnt unasked (task.wants_names)
+    fine = [f"intent_{i}" for i in range(FINE)]
+    _csv(
+        tmp_path / "intent.csv", [(f"{texts[k % len(texts)]} #{k}", fine[k % FINE]) for k in range(3 * FINE)]
+    )
+    with_intent = (
+        task.read_text() + f'\n[questions.intent]\nlabels = {json.dumps(fine)}\nhead_data = "intent.csv"\n'
+    )
+    task.write_text(with_intent)
+    asked = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert asked.answer_heads["intent"].training["beyond"]["label_names"] == FINE
+    assert asked.answer_heads["intent"].recipe == Recipe.default(asked.n_layers, FINE)
     # a file the task names that is not there: one line (a HeadError: exit 2 for the commands)
     task.write_text(task.read_text().replace('"stream.csv"', '"gone.csv"'))
     with pytest.raises(TrainingError, match=r"cannot read the task's training data: .*gone\.csv"):
