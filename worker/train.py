@@ -452,10 +452,15 @@ def hints(head: Any, layers: Any) -> list[str]:
             "measured 2 to 4 points better on fine-grained intents, at 0.87x the items/s (docs/head.md)"
         )
     few = sorted(n for n in t["counts"].values() if n)
-    if "beyond" not in t and few and few[len(few) // 2] <= FEW:
+    beyond = t.get("beyond", {})
+    if "unlabeled" not in beyond and few and few[len(few) // 2] <= FEW:
+        if "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
+            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4"
+        else:
+            what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6"
         out.append(
-            "hint: with few tickets per label, --label-names and --unlabeled FILE (tickets nobody labelled) "
-            "measured 4 to 6 points better on 77 intents; train checks them out of fold (docs/head.md)"
+            f"hint: with few tickets per label, {what} measured {gain} points better on 77 intents; train "
+            "checks them out of fold (docs/head.md)"
         )
     return ["", *out] if out else []
 

@@ -96,4 +96,7 @@ def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better(
     assert any(RICH in line for line in lines) and any("--label-names" in line for line in lines)
     assert hints(head(FINE - 1, 10, default), 30) == []  # a coarse label set: nothing to say
     assert hints(head(FINE, 200, Recipe.parse(RICH)), 30) == []  # already rich, and plenty of tickets
-    assert hints(head(FINE, 10, default, beyond={"used": False}), 30) == [lines[0], lines[1]]
+    named = hints(head(FINE, 10, default, beyond={"used": True, "label_names": FINE}), 30)
+    assert named[:2] == lines[:2] and "--unlabeled FILE" in named[2] and "--label-names" not in named[2]
+    both = {"used": False, "label_names": FINE, "unlabeled": 50}  # both tried: nothing more to suggest
+    assert hints(head(FINE, 10, default, beyond=both), 30) == [lines[0], lines[1]]
