@@ -101,7 +101,7 @@ class Question:
     review_below: float | None = None
     auto_accuracy: float | None = None
     # What its head_data head also learns from (worker/engine/beyond.py), as the task's own keys say.
-    label_names: bool | None = None  # None (no key): by its data (training.wants_names)
+    label_names: bool | None = None  # None (no key): by its data (wants_names)
     unlabeled_data: str | None = None
 
     def __post_init__(self) -> None:
@@ -146,7 +146,7 @@ class Task:
     zero_shot_temperature: float = 1.0
     # Heads trained from head_data also learn each label's name as an example of it, and self-train on
     # the tickets (id,text; labels unread) of unlabeled_data (worker/engine/beyond.py; train's defaults).
-    # label_names None (no key): when the data has few tickets per label (training.wants_names).
+    # label_names None (no key): when the data has few tickets per label (wants_names).
     label_names: bool | None = None
     unlabeled_data: str | None = None
 
