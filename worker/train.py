@@ -87,6 +87,8 @@ class TrainOptions:
         help="also learn each label's name as one example of it (card_arrival reads 'card arrival'): "
         "for names that say what they mean; kept only if no worse out of fold (docs/head.md, Beyond the "
         "labelled tickets)",
+        shown="the task's or question's label_names key, else on for 10 labels or more with at most 20 "
+        "tickets for the median label",
     )
     unlabeled: str | None = option(
         None,
