@@ -89,9 +89,9 @@ def run(ns: argparse.Namespace) -> int:
     if marked:
         texts = [t for t in texts if t not in marked]
         print(
-            f"set aside {len(marked)} tickets containing the tokenizer's special-token strings "
-            f"(such as {next(iter(marked.values()))!r}): the engine reads them as text, the reference "
-            "as markup, so the two are not compared there"
+            f"set aside {len(marked)} ticket{'' if len(marked) == 1 else 's'} containing the tokenizer's "
+            f"special-token strings (such as {next(iter(marked.values()))!r}): the engine reads them as "
+            "text, the reference as markup, so the two are not compared there"
         )
         if not texts:
             print("ticketq-worker verify: no ticket left to compare", file=sys.stderr)
