@@ -270,6 +270,13 @@ def correction_weights(
     return [float(weight) if i in corrected and tid in known else 1.0 for i, tid in enumerate(ids)]
 
 
+def learnt_names(training: dict[str, Any]) -> bool:
+    """Whether a head learnt its label names as examples: its ``training["beyond"]`` record says they were
+    added, and train's out-of-fold check kept them (no ``used``: too few tickets to check, learnt as is)."""
+    beyond = training.get("beyond")
+    return isinstance(beyond, dict) and bool(beyond.get("label_names")) and beyond.get("used", True) is True
+
+
 def compare_with(
     in_use: InUse,
     engine: Any,
@@ -283,17 +290,30 @@ def compare_with(
     candidate_weights: Sequence[float] | None = None,
     l2: float,
     seed: int,
+    names: torch.Tensor | None = None,
+    candidate_names: bool = False,
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
     by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
-    side learns, never how it is judged: accuracy counts rows."""
+    side learns, never how it is judged: accuracy counts rows. ``names``: the features of the task's label
+    names, in its order (:func:`worker.engine.training.extras_features`); every fold of a side that learnt
+    from them (the candidate when ``candidate_names``, the head in use when :func:`learnt_names`) learns
+    from them too, as its head did. Names are not evidence: no row is judged by a head that saw it."""
     from worker.engine.fit import cross_predict
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
+    extra = None if names is None else (names, list(range(len(labels))))
     candidate = cross_predict(
-        features, y, len(labels), l2=l2, fold=fold, train=candidate_rows, row_weight=candidate_weights
+        features,
+        y,
+        len(labels),
+        l2=l2,
+        fold=fold,
+        train=candidate_rows,
+        row_weight=candidate_weights,
+        extra=extra if candidate_names else None,
     )
     method, current = "direct", None
     rows = in_use.trained_on
@@ -301,7 +321,14 @@ def compare_with(
         try:
             own_l2 = float(in_use.head.training.get("l2") or l2)
             current = cross_predict(
-                features, y, len(labels), l2=own_l2, fold=fold, train=rows, row_weight=in_use.weights
+                features,
+                y,
+                len(labels),
+                l2=own_l2,
+                fold=fold,
+                train=rows,
+                row_weight=in_use.weights,
+                extra=extra if learnt_names(in_use.head.training) else None,
             )
             method = "refit"
         except ValueError:

@@ -25,8 +25,9 @@ With few labelled tickets per label, ``--label-names`` also learns each label's 
 and ``--unlabeled FILE`` self-trains on tickets nobody labelled (:mod:`worker.engine.beyond`; the task's
 or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). The whole procedure is then
 cross-validated too, at the penalty the labelled tickets chose: the extras are kept only if they do not
-lower the out-of-fold accuracy, and the report prints both. Neither is used with ``--from-redis`` or
-``--publish``: the publish gate refits heads from labelled tickets only.
+lower the out-of-fold accuracy, and the report prints both. With ``--from-redis`` or ``--publish`` the
+label names are learnt as without them (the publish gate refits each head with them when it learnt
+them); ``--unlabeled`` is not used there: the gate refits heads from labelled tickets and names only.
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
@@ -136,10 +137,10 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("--corrections-only needs --from-redis")
         if store.correction_weight != 1 and not store.from_redis:
             raise DataError("--correction-weight needs --from-redis")
-        if (args.label_names or args.unlabeled) and (store.from_redis or store.publish):
+        if args.unlabeled and (store.from_redis or store.publish):
             raise DataError(
-                "--label-names and --unlabeled do not combine with --from-redis or --publish: the publish "
-                "gate refits heads from labelled tickets only"
+                "--unlabeled does not combine with --from-redis or --publish: the publish gate refits "
+                "heads from labelled tickets (and label names) only"
             )
         task = load_task(options.task)
         question = args.asked.question
@@ -147,10 +148,10 @@ def run(ns: argparse.Namespace) -> int:
         asked = task.get_question(question)
         head_data = task.head_data if asked is None else asked.head_data
         # the flags, else the asked question's keys (label_names, unlabeled_data); the gate of
-        # --from-redis/--publish refits from labelled tickets, so there the keys are not used
-        use_keys = not (store.from_redis or store.publish)
+        # --from-redis/--publish refits from labelled tickets and label names, so there unlabeled_data
+        # is not used
         declared = task if asked is None else asked
-        unlabeled = args.unlabeled or (declared.unlabeled_data if use_keys else None)
+        unlabeled = args.unlabeled or (None if store.from_redis or store.publish else declared.unlabeled_data)
         free = [it.text for it in read_items(unlabeled)] if unlabeled else []
         base = args.tickets
         if store.from_redis:
@@ -177,9 +178,7 @@ def run(ns: argparse.Namespace) -> int:
         if auto_accuracy is None:
             auto_accuracy = task.auto_accuracy if asked is None else asked.auto_accuracy
         labels = [it.label or "" for it in items]
-        label_names = args.label_names or (
-            use_keys and wants_names(declared.label_names, labels, len(question_labels))
-        )
+        label_names = args.label_names or wants_names(declared.label_names, labels, len(question_labels))
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
@@ -271,6 +270,7 @@ def run(ns: argparse.Namespace) -> int:
             learn,
             weights,
             store.force,
+            names,
         )
         if comparison is not None:
             head.training["gate"] = comparison.to_dict()
@@ -326,11 +326,14 @@ def _gate(
     learn: list[bool],
     weights: list[float] | None,
     force: bool,
+    names: Any,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
     with (workers run zero-shot). One that cannot be compared (the head in use unreadable, a label with a
-    single ticket) is refused: unjudged is how issue 24's 49% head got out."""
+    single ticket) is refused: unjudged is how issue 24's 49% head got out. ``names``: the label names'
+    features when the candidate was offered them (each side's refits learn them if its head did)."""
     from worker import gate
+    from worker.engine.training import extras_features
 
     def unjudged(name: str, why: str) -> Any:
         side = gate.Side(0.0, None, {})
@@ -349,6 +352,8 @@ def _gate(
     )
     rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
     in_use = gate.InUse(current, name, rows, gate.correction_weights(current.training, ids, corrected))
+    if names is None and gate.learnt_names(current.training):
+        names, _ = extras_features(engine, recipe, True, None)
     try:
         comparison = gate.compare_with(
             in_use,
@@ -362,6 +367,8 @@ def _gate(
             candidate_weights=weights,
             l2=head.training["l2"],
             seed=args.seed,
+            names=names,
+            candidate_names=gate.learnt_names(head.training),
         )
     except ValueError as exc:
         return unjudged(name, str(exc))

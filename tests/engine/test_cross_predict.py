@@ -34,3 +34,59 @@ def test_rows_left_out_of_training_are_never_learnt() -> None:
     assert sum(p == t for p, t in zip(predicted, y, strict=True) if t != 2) >= 0.95 * 60
     with pytest.raises(ValueError, match="no training rows"):
         cross_predict(x, y, 3, l2=1e-3, fold=[0] * 45 + [1] * 45, train=[i < 45 for i in range(90)])
+
+
+def test_extra_rows_are_learnt_in_every_fold_and_never_judged() -> None:
+    """Rows that are not evidence (the label names) join every fold's training: a class the training rows
+    never show is learnt from them alone; the predictions stay one per evidence row."""
+    x, y = clusters()
+    fold = stratified_folds(y, 5, seed=0)
+    train = [t != 2 for t in y]
+    centres = torch.tensor([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 4.0]])
+    predicted = cross_predict(x, y, 3, l2=1e-3, fold=fold, train=train, extra=(centres, [0, 1, 2]))
+    assert len(predicted) == len(y)
+    assert sum(p == 2 for p, t in zip(predicted, y, strict=True) if t == 2) >= 0.9 * 30
+    with pytest.raises(ValueError, match="extra rows"):
+        cross_predict(x, y, 3, l2=1e-3, fold=fold, extra=(centres, [0, 1]))
+
+
+def test_the_publish_gate_refits_each_side_with_the_label_names_it_learnt() -> None:
+    """The candidate's folds learn the names when it did; the head in use's when its record says so
+    (gate.learnt_names). Evidence without class 2 among the training rows: only names teach it."""
+    from types import SimpleNamespace
+
+    from worker import gate
+
+    x, y = clusters()
+    names = torch.tensor([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 4.0]])
+    labels = ["a", "b", "c"]
+    engine = SimpleNamespace(task=SimpleNamespace(labels=labels))
+    truth = [labels[t] for t in y]
+    rows = [t != 2 for t in y]
+
+    def compare(candidate_names: bool, beyond: dict) -> gate.Comparison:
+        head = SimpleNamespace(training={"l2": 1e-3, "beyond": beyond}, recipe=None)
+        in_use = gate.InUse(head, "version 1", rows)
+        return gate.compare_with(
+            in_use,
+            engine,
+            truth,
+            x,
+            None,
+            truth,
+            [],
+            candidate_rows=rows,
+            l2=1e-3,
+            seed=0,
+            names=names,
+            candidate_names=candidate_names,
+        )
+
+    plain = compare(False, {})
+    assert plain.method == "refit" and plain.candidate.recall["c"] == plain.current.recall["c"] == 0.0
+    named = compare(True, {"label_names": 3, "used": True})
+    assert named.candidate.recall["c"] >= 0.9 and named.current.recall["c"] >= 0.9
+    dropped = compare(True, {"label_names": 3, "used": False})  # tried by its train, not kept
+    assert dropped.candidate.recall["c"] >= 0.9 and dropped.current.recall["c"] == 0.0
+    assert gate.learnt_names({"beyond": {"label_names": 3}})  # too few tickets to check: learnt as is
+    assert not gate.learnt_names({}) and not gate.learnt_names({"beyond": {"unlabeled": 5, "used": True}})

@@ -232,7 +232,7 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
         assert torch.equal(base.weight, head.weight)
     capsys.readouterr()
     assert main(["train", *flags, *extra, "--from-redis", "--out", str(tmp_path / "x")]) == 2
-    assert "do not combine with --from-redis" in capsys.readouterr().err
+    assert "--unlabeled does not combine with --from-redis" in capsys.readouterr().err
     # declared once in the task file, the keys are train's defaults
     from worker.engine.task import DEFAULT_TASK_PATH
 
@@ -448,7 +448,7 @@ def test_bench_head_mode_reports_speed_and_accuracy_against_zero_shot(
 
 @pytest.mark.redis
 def test_train_from_redis_corrections_and_publish(
-    tiny_dir: Path, redis_url: str, prefix: str, capsys: pytest.CaptureFixture[str]
+    tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Corrections in P:labels (as label.lua writes them), added to the task's base data (issue 24) ->
     train -> a published head a worker can load, recording what it learnt from."""
@@ -473,6 +473,13 @@ def test_train_from_redis_corrections_and_publish(
     learnt = published.training["data"]
     assert learnt["base_rows"] > 0 and sorted(learnt["corrections"]) == sorted(f"c{i}" for i in range(12))
     assert published.training["n"] == learnt["base_rows"] + 12 and published.name == version
+    # label names are learnt from corrections too (checked out of fold as always), and the publish gate
+    # refits each side with the names it learnt
+    assert main(["train", *flags, "--from-redis", "--label-names", "--out", str(tmp_path / "n.head")]) == 0
+    printed = capsys.readouterr().out
+    named = Head.load(tmp_path / "n.head").training
+    assert named["beyond"]["label_names"] == len(published.labels) and "publish gate" in printed
+    assert named["data"]["unlabeled"] is None
 
 
 @pytest.mark.redis

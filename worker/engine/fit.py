@@ -214,21 +214,33 @@ def cross_predict(
     fold: Sequence[int],
     train: Sequence[bool] | None = None,
     row_weight: Sequence[float] | None = None,
+    extra: tuple[torch.Tensor, Sequence[int]] | None = None,
 ) -> list[int]:
     """Out-of-fold predictions on given folds: each row predicted by a model fitted at ``l2`` on the rows
     of the other folds that ``train`` selects (all of them when None), weighted by ``row_weight`` (None:
-    all 1). Two training sets judged on the same folds and labels (the publish gate, :mod:`worker.gate`)
-    compare fairly."""
+    all 1), plus ``extra`` rows (features, labels; weight 1) in every fold's training: rows that are not
+    evidence, such as the label names (:mod:`.beyond`). Two training sets judged on the same folds and
+    labels (the publish gate, :mod:`worker.gate`) compare fairly."""
     x = features.to(torch.float64).cpu()
     target = torch.tensor(list(y), dtype=torch.long)
     rw = row_weights(row_weight, len(target))
     folds = torch.tensor(list(fold), dtype=torch.long)
     use = torch.ones(len(target), dtype=torch.bool) if train is None else torch.tensor(list(train))
+    add_x = add_y = add_w = None
+    if extra is not None:
+        add_x, add_y = extra[0].to(torch.float64).cpu(), torch.tensor(list(extra[1]), dtype=torch.long)
+        if add_x.shape != (len(add_y), x.shape[1]):
+            raise ValueError(f"extra rows: {tuple(add_x.shape)} features for {len(add_y)} labels")
+        add_w = torch.ones(len(add_y), dtype=torch.float64)
     predicted = torch.empty_like(target)
     for f in sorted(set(folds.tolist())):
         rows, test = use & (folds != f), folds == f
         if not bool(rows.any()):
             raise ValueError(f"fold {f}: no training rows left")
-        w, b = _train(x[rows], target[rows], classes, l2, None if rw is None else rw[rows])
+        fx, fy, fw = x[rows], target[rows], None if rw is None else rw[rows]
+        if add_x is not None and add_y is not None and add_w is not None:
+            fx, fy = torch.cat([fx, add_x]), torch.cat([fy, add_y])
+            fw = None if fw is None else torch.cat([fw, add_w])
+        w, b = _train(fx, fy, classes, l2, fw)
         predicted[test] = (x[test] @ w.T + b).argmax(1)
     return predicted.tolist()
