@@ -8,7 +8,8 @@ the rest of the training file, its labels unread, self-trained on (``--unlabeled
 where :func:`worker.engine.training.checked_extras` finds them no worse out of fold (``--no-gate`` skips that
 check, five more fits of the whole procedure per draw). Features come from ``tools.head_features
 extract`` files (float16 copies of the engine's own pass); ``--names`` is such a file for the label names
-(:func:`worker.engine.beyond.name_text` of each label, one row each, labelled with it).
+(:func:`worker.engine.beyond.name_texts` of the labels: each label's name in every phrasing, each row
+labelled with its label; a file of one row per label, the bare names, reads as before).
 
     python -m tools.few_shot --train out/feats/b77-train.pt --test out/feats/b77-test.pt \
         --names out/feats/b77-names.pt --recipe 8:mean,12:mean,8:max,12:max --per-label 8 --draws 10
@@ -56,8 +57,11 @@ def main() -> None:
     names = None
     if args.names:
         nm = torch.load(args.names)
-        order = [nm["labels"].index(lab) for lab in labels]
-        names = features(nm, args.recipe)[order]
+        rows: dict[str, list[int]] = defaultdict(list)  # each label's name rows, in the file's order
+        for i, lab in enumerate(nm["labels"]):
+            rows[lab].append(i)
+        phrases = min(len(rows[lab]) for lab in labels)  # laid out phrase by phrase, as name_texts does
+        names = features(nm, args.recipe)[[rows[lab][j] for j in range(phrases) for lab in labels]]
     by: dict[int, list[int]] = defaultdict(list)
     for i, c in enumerate(ytr.tolist()):
         by[c].append(i)

@@ -299,12 +299,13 @@ def compare_with(
     names, in its order (:func:`worker.engine.training.extras_features`); every fold of a side that learnt
     from them (the candidate when ``candidate_names``, the head in use when :func:`learnt_names`) learns
     from them too, as its head did. Names are not evidence: no row is judged by a head that saw it."""
+    from worker.engine.beyond import name_labels
     from worker.engine.fit import cross_predict
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    extra = None if names is None else (names, list(range(len(labels))))
+    extra = None if names is None else (names, name_labels(names.shape[0], len(labels)))
     candidate = cross_predict(
         features,
         y,

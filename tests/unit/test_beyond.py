@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.engine.beyond import KEEP, cross_refit, name_text, refit
+from worker.engine.beyond import (
+    KEEP,
+    NAME_PHRASES,
+    cross_refit,
+    name_labels,
+    name_text,
+    name_texts,
+    names_of,
+    refit,
+)
 from worker.engine.fit import fit, fit_at, stratified_folds
 
 
@@ -40,7 +49,7 @@ def test_label_names_join_as_one_example_each() -> None:
     names = torch.tensor([[6.0] + [0.0] * 7, [0.0, 6.0] + [0.0] * 6, [0.0, 0.0, 6.0] + [0.0] * 5])
     first = fit_at(x, y, 3, 1e-2)
     w, b, info = refit(x, y, 3, 1e-2, first=first, names=names)
-    assert info == {"label_names": 3}
+    assert info == {"label_names": 3, "name_rows": 3}
     # exactly the fit on the rows with the names appended
     w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2], 3, 1e-2)
     torch.testing.assert_close(w, w2)
@@ -69,8 +78,29 @@ def test_self_training_learns_from_tickets_nobody_labelled() -> None:
 
 def test_names_must_cover_every_label() -> None:
     x, y = clusters(3, 5)
-    with pytest.raises(ValueError, match="2 label-name rows for 3 labels"):
-        refit(x, y, 3, 1e-2, first=fit_at(x, y, 3, 1e-2), names=torch.zeros(2, 8))
+    for rows in (2, 4, 0):
+        with pytest.raises(ValueError, match=f"{rows} label-name rows for 3 labels"):
+            refit(x, y, 3, 1e-2, first=fit_at(x, y, 3, 1e-2), names=torch.zeros(rows, 8))
+
+
+def test_each_name_is_read_in_every_phrasing_phrase_by_phrase() -> None:
+    """name_texts lays the phrasings out phrase by phrase; name_labels and names_of read that layout, and
+    refit learns every row as an example of its label."""
+    texts = name_texts(["card_arrival", "lost-or-stolen"])
+    assert len(texts) == 2 * len(NAME_PHRASES) and texts[:2] == ["card arrival", "lost or stolen"]
+    assert texts[2:4] == [NAME_PHRASES[1].format("card arrival"), NAME_PHRASES[1].format("lost or stolen")]
+    assert name_labels(6, 3) == [0, 1, 2, 0, 1, 2]
+    rows = torch.arange(12.0)[:, None]  # 4 phrasings x 3 classes
+    assert names_of(rows, 3, [2, 0]).flatten().tolist() == [2.0, 0.0, 5.0, 3.0, 8.0, 6.0, 11.0, 9.0]
+    x, y = clusters(3, 1)
+    centres = torch.tensor([[6.0] + [0.0] * 7, [0.0, 6.0] + [0.0] * 6, [0.0, 0.0, 6.0] + [0.0] * 5])
+    names = torch.cat([centres, 0.9 * centres])
+    first = fit_at(x, y, 3, 1e-2)
+    w, b, info = refit(x, y, 3, 1e-2, first=first, names=names)
+    assert info == {"label_names": 3, "name_rows": 6}
+    w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2, 0, 1, 2], 3, 1e-2)
+    torch.testing.assert_close(w, w2)
+    torch.testing.assert_close(b, b2)
 
 
 def test_cross_refit_without_extras_is_the_cross_validation_itself() -> None:

@@ -111,7 +111,7 @@ def train_head(
     ``row_weight``: one weight per ticket for the fit (:func:`.fit.fit`; None: all 1). ``l2``: the penalty,
     instead of the one cross-validation chooses (the folds still give the out-of-fold numbers).
 
-    ``names`` (features of :func:`.beyond.name_text` of every task label, in the task's order) and
+    ``names`` (features of :func:`.beyond.name_texts` of the task's labels, in the task's order) and
     ``unlabeled`` (features of tickets without labels) are learnt from at the penalty the labelled
     cross-validation chose (:mod:`.beyond`), and only if the same procedure run inside every fold is at
     least as accurate out of fold as the labelled tickets alone; the out-of-fold numbers, the temperature
@@ -147,7 +147,8 @@ def train_head(
     rows = torch.tensor([task_labels.index(lab) for lab in present])
     out = Outcome.of(result)
     if names is not None or unlabeled is not None:
-        extras = {"names": None if names is None else names[rows], "unlabeled": unlabeled}
+        kept = None if names is None else beyond.names_of(names, len(task_labels), rows.tolist())
+        extras = {"names": kept, "unlabeled": unlabeled}
         folds = stratified_folds(y, result.folds, seed) if result.cv_logits is not None else None
         stage = (lambda d, t: progress("extras", d, t)) if progress else None
         out = checked_extras(x, y, len(present), result.l2, out, folds, row_weight, extras, stage)
@@ -336,11 +337,11 @@ def extras_features(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """What :func:`train_head` takes as ``names`` and ``unlabeled``: the features of every task label's
-    name (:func:`.beyond.name_text`, in the task's order) when ``label_names``, and of the ``unlabeled``
+    name (:func:`.beyond.name_texts`, in the task's order) when ``label_names``, and of the ``unlabeled``
     texts when there are any (``progress(n)`` after each pass over them)."""
     names = None
     if label_names:
-        names = engine.features([beyond.name_text(lab) for lab in engine.task.labels], recipe)[0]
+        names = engine.features(beyond.name_texts(engine.task.labels), recipe)[0]
     free = engine.features(unlabeled, recipe, progress=progress)[0] if unlabeled else None
     return names, free
 
@@ -426,7 +427,7 @@ def cached_head(
     # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
     # heads cached before these keys existed still match
     beyond_key = {
-        **({"label_names": True} if label_names else {}),
+        **({"label_names": list(beyond.NAME_PHRASES)} if label_names else {}),
         **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
     }
     if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
