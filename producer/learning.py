@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer.scripts import source
+from producer.strictjson import finite_number
 
 DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
 MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
@@ -58,7 +59,7 @@ class Correction:
         if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ("label", "text")):
             raise ValueError(f"correction for {ticket_id}: no label or no text")
         at = obj.get("at")
-        at = float(at) if isinstance(at, (int, float)) else 0.0
+        at = finite_number(at) or 0.0
         by, was = opt_str(obj.get("by")), opt_str(obj.get("was"))
         return cls(ticket_id, obj["label"], obj["text"], at, by, was)
 

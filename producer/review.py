@@ -17,6 +17,7 @@ from typing import Any
 
 from producer.client import Client
 from producer.protocol import Result
+from producer.strictjson import finite_number
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class ReviewItem:
         """The probability of its label, as the result says (None: the result is gone)."""
         a = self.answer
         value = None if a is None else a.get("confidence")
-        return float(value) if isinstance(value, int | float) else None
+        return finite_number(value)
 
     def top(self, n: int = 3) -> list[tuple[str, float]]:
         """The ``n`` most probable labels and their probabilities."""

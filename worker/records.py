@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, peek_id
+from producer.strictjson import finite_number
 
 
 def poison_letter(payload: bytes, wid: str, attempts: int) -> str:
@@ -29,7 +30,7 @@ def enqueued_at(raw: bytes | None) -> float | None:
         value = json.loads(raw).get("enqueued_at")
     except (ValueError, AttributeError, RecursionError):
         return None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return finite_number(value)
 
 
 def digest_of(result_json: bytes) -> str:

@@ -19,6 +19,7 @@ from producer import review
 from producer.client import Client
 from producer.dashboard.data import as_text
 from producer.protocol import Result
+from producer.strictjson import finite_number
 
 MAX_QUESTION_CHARS = 64  # a question name's longest (worker/engine/task.py's QUESTION_NAME)
 LABEL_FETCH = 2000  # newly finished results whose labels one sample reads; the rest at the next samples
@@ -139,7 +140,8 @@ def _names(value: Any) -> list[str]:
 
 
 def _is_number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number (an integer too large for a float is not one: ``float`` of it would raise)."""
+    return finite_number(value) is not None
 
 
 class History:
