@@ -594,3 +594,28 @@ def test_training_fits_a_temperature_and_picks_the_review_threshold(engine: Engi
     )
     with pytest.raises(TrainingError, match="auto_accuracy"):
         train_head(engine, texts, labels, auto_accuracy=1.5)
+
+
+def test_a_head_whose_finite_numbers_would_overflow_the_scores_is_refused(head: Head) -> None:
+    """Finite but absurd: weights of 3e38 overflow the logits, a temperature of 1e-300 is 0 in float32;
+    either made every score NaN, and a published one dead-lettered every ticket as an unwritable result.
+    Refused (HeadError: the worker keeps its head and logs head_rejected); a head at the bounds still
+    gives finite scores."""
+    from worker.engine.head import MAX_MAGNITUDE, TEMPERATURES
+
+    for bad in (
+        {"weight": head.weight * 0 + 3e38},
+        {"bias": head.bias * 0 - 3e38},
+        {"temperature": 1e-300},
+        {"temperature": 1e300},
+    ):
+        with pytest.raises(HeadError, match="weights reach|temperature must lie"):
+            replace(head, **bad)
+    edge = replace(
+        head,
+        weight=head.weight.sign() * MAX_MAGNITUDE,
+        bias=head.bias * 0 + MAX_MAGNITUDE,
+        temperature=TEMPERATURES[0],
+    )
+    x = 1e3 * torch.randn(8, head.hidden_size, generator=torch.Generator().manual_seed(2))
+    assert torch.isfinite(edge.probabilities(x)).all() and torch.isfinite(edge.log_probs(x)).all()

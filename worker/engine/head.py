@@ -26,6 +26,13 @@ from producer.learning import HEAD_META_KEY, head_metadata
 from .recipe import Recipe
 
 FORMAT = "ticketq-head/1"
+# What a head file may hold, so that finite features always give finite scores: a weight or bias of
+# 3e38 is finite but overflows the logits, and a temperature of 1e-300 is 0 in float32; either made every
+# score NaN and every ticket a dead letter ("unwritable result"). Trained heads stay far inside: weights
+# on raw features of about 0.1 to 1e3, the bias of a label without tickets -1e4, temperatures in
+# calibration.T_RANGE (0.05 to 20).
+MAX_MAGNITUDE = 1e8
+TEMPERATURES = (1e-3, 1e3)
 
 
 class HeadError(ValueError):
@@ -78,11 +85,15 @@ class Head:
             )
         if not (torch.isfinite(self.weight).all() and torch.isfinite(self.bias).all()):
             raise HeadError("head weights are not finite")
+        largest = max((float(t.abs().max()) for t in (self.weight, self.bias) if t.numel()), default=0.0)
+        if largest > MAX_MAGNITUDE:  # finite, but its logits would overflow float32 (every score NaN)
+            raise HeadError(f"head weights reach {largest:.3g}; a head's stay below {MAX_MAGNITUDE:g}")
         self.weight = self.weight.detach().float().contiguous()
         self.bias = self.bias.detach().float().contiguous()
         self.temperature = float(self.temperature)
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise HeadError(f"head temperature must be a positive number, got {self.temperature!r}")
+        low, high = TEMPERATURES
+        if not (math.isfinite(self.temperature) and low <= self.temperature <= high):
+            raise HeadError(f"head temperature must lie in [{low:g}, {high:g}], got {self.temperature!r}")
         if self.review_below is not None:
             self.review_below = float(self.review_below)
             if not 0.0 <= self.review_below <= 1.0:

@@ -426,7 +426,7 @@ def cached_head(
     label_names = wants_names(task.label_names, labels, len(task.labels))
     # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
     # heads cached before these keys existed still match
-    beyond_key = {
+    beyond_key: dict[str, Any] = {
         **({"label_names": list(beyond.NAME_PHRASES)} if label_names else {}),
         **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
     }
