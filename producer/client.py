@@ -30,6 +30,7 @@ from producer.learning import (
 )
 from producer.protocol import (
     DEFAULT_PREFIX,
+    MAX_LETTER_BYTES,
     VERSION,
     BadTicket,
     DeadLetter,
@@ -44,6 +45,8 @@ from producer.protocol import (
 
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
+DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
+_DEAD_FIRST_CHUNK = 16  # letters in the scan's first read; the next reads are sized by the bytes left
 
 
 class LabelError(ValueError):
@@ -227,8 +230,10 @@ class Client:
 
         Subscribes to ``P:events`` first and only then reads the results hash, so a result written in
         between is seen either way. Dead letters written before the wait are found in the newest
-        :data:`DEAD_SCAN` entries of ``P:dead``. With ``digests`` (id -> payload digest), only results
-        and dead letters for those exact payloads count.
+        :data:`DEAD_SCAN` entries of ``P:dead`` (at most :data:`DEAD_SCAN_BYTES` of them). With
+        ``digests`` (id -> payload digest), only results and dead letters for those exact payloads count,
+        and a ``P:events`` dead entry only when it names that payload's digest (or, from an older worker,
+        no digests at all).
         """
         expect = dict(digests or {})
         out = Waited(pending=set(ids))
@@ -251,7 +256,7 @@ class Client:
                 event = Event.from_json(message["data"])
                 self._collect(out, [i for i in event.ids if i in out.pending], expect)
                 for tid, reason in event.dead.items():
-                    if tid in out.pending and tid not in out.results:
+                    if tid in out.pending and tid not in out.results and event.died(tid, expect.get(tid)):
                         out.dead[tid] = reason
                         out.pending.discard(tid)
         finally:
@@ -273,16 +278,32 @@ class Client:
         out.pending -= set(found)
 
     def _dead_among(self, ids: set[str], expect: Mapping[str, str]) -> dict[str, str]:
+        """The newest letters for ``ids`` (and their expected payloads) among the newest :data:`DEAD_SCAN`.
+
+        Read in chunks sized so the bytes read stay within :data:`DEAD_SCAN_BYTES` (every letter a worker
+        writes is at most ``MAX_LETTER_BYTES``; a larger one, from an older worker, makes the next chunks
+        smaller, and can pass the budget by one small first chunk at most); the scan stops there, so a list
+        of large letters is searched less deep, never read whole."""
         found: dict[str, str] = {}
-        for raw in self.redis.lrange(self.keys.dead, 0, DEAD_SCAN - 1):
-            try:
-                letter = DeadLetter.from_json(raw)
-            except (ValueError, TypeError):
-                continue
-            if letter.id not in ids or letter.id in found:
-                continue
-            if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
-                found[letter.id] = letter.reason
+        start, left, largest = 0, DEAD_SCAN_BYTES, MAX_LETTER_BYTES
+        count = min(DEAD_SCAN, _DEAD_FIRST_CHUNK)
+        while start < DEAD_SCAN and count > 0:
+            chunk = self.redis.lrange(self.keys.dead, start, start + count - 1)
+            for raw in chunk:
+                left -= len(raw)
+                largest = max(largest, len(raw))
+                try:
+                    letter = DeadLetter.from_json(raw)
+                except (ValueError, TypeError):
+                    continue
+                if letter.id not in ids or letter.id in found:
+                    continue
+                if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
+                    found[letter.id] = letter.reason
+            if len(chunk) < count:
+                break
+            start += count
+            count = min(DEAD_SCAN - start, max(left, 0) // largest)
         return found
 
     def dead(self, limit: int = 20) -> list[DeadLetter]:
@@ -322,7 +343,8 @@ class Client:
         if problem:
             raise LabelError(problem)
         asked = self.keys.asking(question)  # the question's corrections and review queue
-        keys = [self.keys.results, self.keys.text(ticket_id), asked.labels, self.keys.labelset, asked.review]
+        keys = [self.keys.results, self.keys.text(ticket_id), asked.labels, asked.labelset, asked.review]
+        keys.append(self.keys.questions)
         try:
             raw = self._label(keys=keys, args=[ticket_id, label, by or "", question or ""])
         except redis.ResponseError as exc:

@@ -1,9 +1,10 @@
 """Replaying dead letters in bounded steps: the loop around ``producer/requeue_dead.lua``.
 
 One script call looks at :data:`REQUEUE_LOOK` letters from the old end of ``P:dead`` (about a millisecond
-for letters of 500 bytes), so replaying 20,000 letters never blocks Redis: workers and producers run
-between the steps. Each step is atomic; the replay as a whole is not, and need not be: a client that dies
-part way leaves every letter either still dead or back in the queue, never both.
+for letters of 500 bytes), and stops reading once :data:`REQUEUE_BYTES` of letters were read, so
+replaying 20,000 letters never blocks Redis: workers and producers run between the steps. Each step is
+atomic; the replay as a whole is not, and need not be: a client that dies part way leaves every letter
+either still dead or back in the queue, never both.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 REQUEUE_LOOK = 100  # letters looked at per call
-REQUEUE_BYTES = 1024 * 1024  # bytes of letters decoded per call (a letter holds at most ~88 KiB)
+REQUEUE_BYTES = 1024 * 1024  # bytes of letters read per call, plus one letter (MAX_LETTER_BYTES, 96 KiB)
 
 
 def replay(

@@ -1,15 +1,22 @@
 -- ticketq: record the right label of a ticket a worker has seen (P:labels), in one atomic step.
 -- KEYS: 1 P:results, 2 P:text:<id>, 3 P:labels (a further question's: P:q:<NAME>:labels),
---   4 (optional) P:labelset (the primary question's labels: not checked for a further question),
+--   4 (optional) the asked question's label set: P:labelset, or question NAME's P:q:<NAME>:labelset,
 --   5 (optional) P:review, or the question's P:q:<NAME>:review (a ticket labelled for a question leaves
---   that question's review queue, confirmed or corrected).
--- ARGV: 1 ticket id, 2 label, 3 by (optional), 4 question NAME (optional: checked against answers.NAME).
+--   that question's review queue, confirmed or corrected),
+--   6 P:questions (the task's further questions; needed with ARGV 4).
+-- ARGV: 1 ticket id, 2 label, 3 by (optional), 4 question NAME (optional).
 -- From a shell: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:labels ticketq:labelset ticketq:review , T-1 billing alice
--- The label must be one of the task's: P:labelset (written by every worker at start) when it exists, else
--- the labels of the ticket's result while the result is kept; so a result that was trimmed no longer lets
--- any label through. A further question's label is checked against the result's answers.NAME.
+--   for question intent: redis-cli --eval label.lua ticketq:results ticketq:text:T-1 ticketq:q:intent:labels
+--   ticketq:q:intent:labelset ticketq:q:intent:review ticketq:questions , T-1 lost_card alice intent
+-- The label must be one of the task's: KEYS 4 (written by every worker at start) when it exists, else the
+-- labels of the ticket's result (a further question's: of its answer NAME) while the result is kept; so a
+-- result that was trimmed no longer lets any label through. A further question must be one of
+-- P:questions (written with the label sets at start) and have its label set: there may be no answer to
+-- check by (no head for it yet), so an unknown question, or any question before a worker published them,
+-- is refused.
 -- Atomic: the checks and the write see one state; nothing is written when a check fails.
--- Cost: O(log n): a GET, an HGET, a SISMEMBER, a ZREM, one cjson decode of a result and one encode.
+-- Cost: O(log n): a GET, an HGET, two SISMEMBERs, a ZREM, one cjson decode of a result and one encode
+--   (and, for an error's list, SMEMBERS of a label set or P:questions).
 -- Returns the correction JSON it stored; errors start with TICKETQ (nothing is written then).
 local id, label, by, question = ARGV[1], ARGV[2], ARGV[3] or '', ARGV[4] or ''
 if not id or id == '' then return redis.error_reply('TICKETQ empty ticket id') end
@@ -25,10 +32,24 @@ if not text then
   return redis.error_reply('TICKETQ unknown ticket ' .. id .. ' (no result and no text)')
 end
 local record = {label = label, text = text}
-if question == '' and KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
-  local known = redis.call('SMEMBERS', KEYS[4])
+local function listed(key)
+  local known = redis.call('SMEMBERS', key)
   table.sort(known)
-  return redis.error_reply('TICKETQ unknown label ' .. label .. ' (labels: ' .. table.concat(known, ', ') .. ')')
+  return table.concat(known, ', ')
+end
+if question ~= '' then
+  if not KEYS[6] or not KEYS[4] then
+    return redis.error_reply('TICKETQ a question needs KEYS 4 P:q:<NAME>:labelset and 6 P:questions')
+  end
+  if redis.call('SISMEMBER', KEYS[6], question) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
+    local known = listed(KEYS[6])
+    if known == '' then known = 'none published: workers publish their task\'s questions at start' end
+    return redis.error_reply('TICKETQ unknown question ' .. question .. ' (questions: ' .. known .. ')')
+  end
+end
+if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
+  local whose = question == '' and '' or (' for question ' .. question)
+  return redis.error_reply('TICKETQ unknown label ' .. label .. whose .. ' (labels: ' .. listed(KEYS[4]) .. ')')
 end
 if raw then
   local ok, result = pcall(cjson.decode, raw)

@@ -1,10 +1,12 @@
 """The wire formats of learning from corrections: ``P:labels``, ``P:heads`` and the label script.
 
 The keys are named and documented with all the others in :mod:`producer.protocol`. A correction is
-recorded by :data:`LABEL_SCRIPT` (``producer/label.lua``): one ``EVAL`` from any language, ``KEYS``
-``P:results``, ``P:text:<id>``, ``P:labels`` and ``ARGV`` id, label, by (optional). It refuses an id whose
-text is not kept (unknown, or expired) and, while the result is there, a label that is not one of its
-scores' labels; its errors start with ``TICKETQ``. Standard library only, like the protocol.
+recorded by :data:`LABEL_SCRIPT` (``producer/label.lua``): one ``EVAL`` from any language; its header
+lists its ``KEYS`` (results, text, labels, the asked question's label set, review queue, ``P:questions``)
+and ``ARGV`` (id, label, by, question). It refuses an id whose text is not kept (unknown, or expired), a
+label not in the asked question's label set (written by workers at start; else, while the result is
+there, not among its labels), and a further question no worker has published; its errors start with
+``TICKETQ``. Standard library only, like the protocol.
 """
 
 from __future__ import annotations

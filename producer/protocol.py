@@ -17,7 +17,7 @@ key                        type    what                                         
                                    oldest first (Redis 6.2 has no per-field hash TTL).
 ``P:dead``                 list    dead letters: JSON ``{"reason", "payload", "id"?, ...}``     newest
                                    (see :class:`DeadLetter`; ``id`` when one could be read);   ``--max-dead``
-                                   newest at the left.                                          kept
+                                   newest at the left. Each at most ``MAX_LETTER_BYTES``.      kept
 ``P:inflight:<worker>``    list    raw payloads a worker has claimed and not yet acknowledged.  until acked
                                    Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
                                    expires.
@@ -25,15 +25,24 @@ key                        type    what                                         
                                    task's further questions); refreshed with a TTL.
 ``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
                                                                                                 recovery
-``P:attempts``             hash    sha1(raw payload) -> times it was claimed by a worker that    deleted on
-                                   then died. Bounded: a poison ticket is dead-lettered.        ack / dead
-``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason}}`` after transient
-                                   each acknowledged batch (``ids`` got results, ``dead`` were
-                                   dead-lettered), so clients wait without polling.
+``P:attempts``             hash    payload digest (:func:`payload_digest`: the sha1 of the      deleted on
+                                   payload, or of its first 64 KiB and size when it is larger)  ack / dead
+                                   -> times it was claimed by a worker that then died.
+                                   Bounded: a poison ticket is dead-lettered.
+``P:events``               pubsub  channel: JSON ``{"ids": [...], "dead": {id: reason},         transient
+                                   "dead_digests": {id: [digest, ...]}}`` after each
+                                   acknowledged batch (``ids`` got results, ``dead`` were
+                                   dead-lettered, ``dead_digests`` their payloads' digests), so
+                                   clients wait without polling (see :class:`Event`).
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
 ``P:labelset``             set     the task's labels, written by each worker; label.lua checks  at start
+                                   a correction's label against it.
+``P:questions``            set     the task's further questions' names, written by each worker   at start
+                                   with ``P:labelset``; label.lua refuses any other question.
+``P:q:<NAME>:labelset``    set     question NAME's labels, written with ``P:questions``;         at start
+                                   label.lua checks a correction for NAME against it.
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 ``P:review``               zset    ids of ``"review": true`` results scored by margin (top      labelled,
@@ -71,6 +80,7 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,6 +157,10 @@ class Keys:
         return f"{self.prefix}:labelset"
 
     @property
+    def questions(self) -> str:
+        return f"{self.prefix}:questions"
+
+    @property
     def head(self) -> str:
         return f"{self.prefix}:head"
 
@@ -163,8 +177,8 @@ class Keys:
         return f"{self.prefix}:review"
 
     def asking(self, question: str | None) -> Keys:
-        """Keys whose ``labels``, ``head``, ``heads``, ``head_seq``, ``review`` are ``question``'s (None:
-        these)."""
+        """Keys whose ``labels``, ``labelset``, ``head``, ``heads``, ``head_seq``, ``review`` are
+        ``question``'s (None: these)."""
         if question is not None and (not question or ":" in question):
             raise ValueError(f"question name {question!r}: non-empty, without ':'")
         return self if question is None else Keys(f"{self.prefix}:q:{question}")
@@ -203,9 +217,19 @@ class Ticket:
         )
 
 
+#: A payload up to this size is identified by the sha1 of all of it; a larger one (refused anyway) by the
+#: sha1 of its first DIGEST_BYTES bytes, a newline and its size in decimal, so hashing one costs the same
+#: whatever its size (claim.lua computes the same inside Redis; recover.lua checks it). The input hashed for
+#: a large one is over DIGEST_BYTES long, so it never equals a small payload's.
+DIGEST_BYTES = MAX_PAYLOAD_BYTES
+
+
 def payload_digest(raw: bytes) -> str:
-    """Identity of one raw payload: used to tell a redelivery from a different ticket with the same id."""
-    return hashlib.sha1(raw).hexdigest()
+    """Identity of one raw payload: used to tell a redelivery from a different ticket with the same id, and
+    as its ``P:attempts`` field. The sha1 of the payload; over :data:`DIGEST_BYTES`, of a bounded prefix."""
+    if len(raw) <= DIGEST_BYTES:
+        return hashlib.sha1(raw).hexdigest()
+    return hashlib.sha1(raw[:DIGEST_BYTES] + b"\n" + str(len(raw)).encode()).hexdigest()
 
 
 def decode_ticket(raw: bytes | str) -> Ticket:
@@ -335,10 +359,78 @@ class Result:
         )
 
 
+#: Most bytes a dead letter's payload takes as JSON-escaped text. A payload whose escaped form is longer
+#: (control bytes escape as ``\u00XX``, six bytes each) is kept as base64 instead, which never grows it
+#: by more than 4/3, so a letter of a 64 KiB payload stays under :data:`MAX_LETTER_BYTES`.
+LETTER_TEXT_BYTES = 80 * 1024  # a 64 KiB payload stays text when escaping adds at most a quarter
+MAX_REASON_CHARS = 500  # a letter's reason is cut here (with "…"); reasons are short, this bounds the letter
+MAX_WORKER_CHARS = 256
+#: Most bytes one encoded dead letter takes: 87,384 of base64 payload (64 KiB; more than the text form's
+#: LETTER_TEXT_BYTES), the reason, id and worker at six bytes a character at worst, and the fixed fields.
+#: Readers of ``P:dead`` budget with it.
+MAX_LETTER_BYTES = 96 * 1024
+
+#: The kinds of dead-letter reason: each reason starts with one of these, and the rest is detail (a field
+#: name, a position, an exception's message). Metrics label dead letters by kind (:func:`reason_kind`), so
+#: a producer cannot mint a label value per payload. Anything else is ``other``.
+DEAD_REASON_KINDS = (
+    # the strict decoder (producer/strictjson.py) and decode_ticket
+    "payload too large",
+    "byte-order mark before the JSON",
+    "not UTF-8",
+    "nested too deeply",
+    "not JSON",
+    "not strict JSON",
+    "number out of range",
+    "duplicate key",
+    "lone surrogate",
+    "control character",
+    "format character",
+    "not a JSON object",
+    "unsupported version",
+    "missing field",
+    "wrong type",
+    "empty field",
+    "id too long",
+    "text too long",
+    # the worker
+    "duplicate id",
+    "engine error",
+    "unwritable result",
+    "poison",
+)
+OTHER_REASON = "other"
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a dead letter's reason: the :data:`DEAD_REASON_KINDS` entry it starts with (followed by
+    its end or a character that is not a letter or digit), else ``"other"``. A fixed set, for labels."""
+    for kind in DEAD_REASON_KINDS:
+        if reason.startswith(kind) and (len(reason) == len(kind) or not reason[len(kind)].isalnum()):
+            return kind
+    return OTHER_REASON
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "\u2026"
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """What a worker pushes to ``P:dead``: the original payload (as text when it is UTF-8, else
-    base64 under ``payload_b64``) and why it was rejected."""
+    """What a worker pushes to ``P:dead``: the original payload and why it was rejected.
+
+    The payload is kept in one of three forms, so one letter is at most :data:`MAX_LETTER_BYTES`:
+
+    - ``payload``: the payload as text, when it is strict UTF-8 and its JSON-escaped form takes at most
+      :data:`LETTER_TEXT_BYTES` (every valid ticket of up to 40 KiB, and nearly every larger one: escaping
+      at most doubles a valid one);
+    - ``payload_b64`` with ``"payload_utf8": true``: UTF-8 text whose escaped form is longer (a payload
+      full of control bytes or quotes), as base64. Still whole: ``requeue-dead`` replays it;
+    - ``payload_b64`` alone: a payload that is not UTF-8 (no worker would take it back).
+
+    A payload over ``MAX_PAYLOAD_BYTES`` keeps its first ``MAX_PAYLOAD_BYTES`` bytes in one of these forms,
+    with ``payload_bytes``, its original size; such a letter is not replayed.
+    """
 
     reason: str
     payload: bytes
@@ -348,18 +440,25 @@ class DeadLetter:
     # Workers that died holding it (a poison letter): restored to P:attempts when it is replayed, so a
     # replayed poison ticket still travels alone and is dead again after one more death, not three.
     attempts: int = 0
+    # The original payload's size when only its head is kept (``payload`` is then that head).
+    payload_bytes: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        """Whether the payload is kept whole (not cut to its head)."""
+        return self.payload_bytes is None
 
     def to_json(self) -> str:
         # Never raises: the reason (it may quote an exception) and the id are cleaned of lone surrogates,
-        # and the payload travels as UTF-8 text only when it is strict UTF-8, else as base64.
+        # and the payload travels as UTF-8 text only when it is strict UTF-8 and short once escaped.
         out: dict[str, Any] = {
             "v": VERSION,
-            "reason": clean(self.reason),
-            "worker": clean(self.worker),
+            "reason": _cut(clean(self.reason), MAX_REASON_CHARS),
+            "worker": _cut(clean(self.worker), MAX_WORKER_CHARS),
             "at": round(self.at, 3) if math.isfinite(self.at) else 0.0,
         }
         if self.id is not None:
-            out["id"] = clean(self.id)
+            out["id"] = _cut(clean(self.id), MAX_ID_CHARS)
         if self.attempts:
             out["attempts"] = self.attempts
         payload = self.payload
@@ -367,12 +466,23 @@ class DeadLetter:
             # Keep the dead list bounded: an oversized payload is kept as its head plus its size.
             out["payload_bytes"] = len(payload)
             payload = payload[:MAX_PAYLOAD_BYTES]
+        elif self.payload_bytes is not None:  # a head read back from a letter
+            out["payload_bytes"] = self.payload_bytes
         try:
-            out["payload"] = payload.decode("utf-8")
+            text: str | None = payload.decode("utf-8")
         except UnicodeDecodeError:
+            text = None
+        if (
+            text is not None
+            and len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2 <= LETTER_TEXT_BYTES
+        ):
+            out["payload"] = text
+        else:
             import base64
 
             out["payload_b64"] = base64.b64encode(payload).decode("ascii")
+            if text is not None:
+                out["payload_utf8"] = True
         return json.dumps(out, ensure_ascii=False)
 
     @classmethod
@@ -386,6 +496,7 @@ class DeadLetter:
             payload = str(obj.get("payload", "")).encode("utf-8", "surrogatepass")
         ticket_id = obj.get("id")
         attempts = obj.get("attempts", 0)
+        size = obj.get("payload_bytes")
         return cls(
             reason=str(obj.get("reason", "")),
             payload=payload,
@@ -393,6 +504,7 @@ class DeadLetter:
             at=float(obj.get("at", 0.0)),
             id=ticket_id if isinstance(ticket_id, str) else None,
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
+            payload_bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
         )
 
 
@@ -422,16 +534,42 @@ class Event:
     """What a worker publishes on ``P:events`` after an acknowledged batch.
 
     ``ids`` got results; ``dead`` maps the ids of dead-lettered tickets (those with a readable id) to the
-    reason. Events are a wake-up call only: pub/sub is fire-and-forget, so the results hash stays the truth.
+    reason, and ``dead_digests`` each such id to the :func:`payload_digest` of its dead payloads, so a
+    waiter for one payload is not told that another payload with the same id died. Events from older
+    workers have no ``dead_digests``: a waiter then takes ``dead`` by id. Events are a wake-up call only:
+    pub/sub is fire-and-forget, so the results hash stays the truth.
     """
 
     ids: list[str] = field(default_factory=list)
     dead: dict[str, str] = field(default_factory=dict)
+    dead_digests: dict[str, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def after(cls, written: Iterable[str], letters: Iterable[DeadLetter]) -> Event:
+        """The event for an ack that wrote results for ``written`` and these dead letters."""
+        dead: dict[str, str] = {}
+        digests: dict[str, list[str]] = {}
+        for letter in letters:
+            if letter.id is not None:
+                dead[letter.id] = letter.reason
+                digests.setdefault(letter.id, []).append(payload_digest(letter.payload))
+        return cls(ids=list(written), dead=dead, dead_digests=digests)
+
+    def died(self, ticket_id: str, digest: str | None = None) -> bool:
+        """Whether this event reports ``ticket_id`` dead: with ``digest``, that payload of it, when the
+        event names its dead payloads (older events do not; their ``dead`` entries count by id)."""
+        if ticket_id not in self.dead:
+            return False
+        seen = self.dead_digests.get(ticket_id)
+        return not digest or seen is None or digest in seen
 
     def to_json(self) -> str:
         """Never raises: ids and reasons are cleaned of lone surrogates (see :func:`clean`)."""
         dead = {clean(k): clean(v) for k, v in self.dead.items()}
-        return json.dumps({"ids": [clean(i) for i in self.ids], "dead": dead}, ensure_ascii=False)
+        out: dict[str, Any] = {"ids": [clean(i) for i in self.ids], "dead": dead}
+        if self.dead_digests:
+            out["dead_digests"] = {clean(k): list(v) for k, v in self.dead_digests.items()}
+        return json.dumps(out, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Event:
@@ -440,8 +578,15 @@ class Event:
             obj = json.loads(raw)
         except (ValueError, RecursionError):
             return cls()
-        ids, dead = (obj.get("ids"), obj.get("dead")) if isinstance(obj, dict) else (None, None)
+        if not isinstance(obj, dict):
+            return cls()
+        ids, dead, digests = obj.get("ids"), obj.get("dead"), obj.get("dead_digests")
         return cls(
             ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
             dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},
+            dead_digests={
+                str(k): [d for d in v if isinstance(d, str)]
+                for k, v in (digests.items() if isinstance(digests, dict) else ())
+                if isinstance(v, list)
+            },
         )

@@ -1,11 +1,16 @@
 -- ticketq: claim, the move of up to N payloads from the input into this worker's in-flight list.
 -- KEYS: 1 P:tickets, 2 P:inflight:<worker>, 3 P:attempts, 4 P:workers.
 -- ARGV: 1 most to move, 2 payloads this claim already holds, 3 worker id, 4 byte budget, 5 bytes held,
---       6 '1': the caller holds nothing, so what its list holds is stale.
+--       6 '1': the caller holds nothing, so what its list holds is stale,
+--       7 digest bound (DIGEST_BYTES in producer/protocol.py: a payload up to it is identified by its
+--       sha1, a larger one by the sha1 of its first ARGV 7 bytes, a newline and its size in decimal).
 -- Atomic: the worker's registration and every move (and the hand-back of stale payloads) together, so a
 -- payload is always in exactly one list and a registered worker's list is always found by recovery.
--- Cost: O(moved + stale) LMOVEs and HEXISTSs plus one SHA1 per payload looked at; bounded by ARGV 1 and
--- the byte budget, so at most a few hundred payloads a call (well under a millisecond for small ones).
+-- Cost: O(moved + stale) list operations and HEXISTSs plus one SHA1 of at most ARGV 7 bytes per payload
+-- looked at; bounded by ARGV 1 and the byte budget, so at most a few hundred payloads a call (well under
+-- a millisecond for valid ones, under 64 KiB). Each payload looked at is still copied into Lua (LINDEX)
+-- and out again (LPUSH, the reply): O(its size), about 4 ms a MiB on the 2-core EPYC (280 ms for one of
+-- 64 MiB): only Redis's proto-max-bulk-len bounds one payload; set it to 1mb (docs/threat-model.md).
 -- Returns {stopped, payloads moved, stale payloads handed back}.
 redis.call('SADD', KEYS[4], ARGV[3])
 local moved = {}
@@ -16,14 +21,24 @@ local stale = 0
 if held == 0 and ARGV[6] == '1' then
   while redis.call('LMOVE', KEYS[2], KEYS[1], 'LEFT', 'RIGHT') do stale = stale + 1 end
 end
-local budget, bytes = tonumber(ARGV[4]), tonumber(ARGV[5])
+local budget, bytes, bound = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[7])
+local function digest(p)
+  if #p <= bound then return redis.sha1hex(p) end
+  return redis.sha1hex(table.concat({string.sub(p, 1, bound), '\n', string.format('%d', #p)}))
+end
+-- the tail p (already read) into the in-flight list: LTRIM and LPUSH, not LMOVE, whose reply would copy
+-- p into Lua a second time
+local function move(p)
+  redis.call('LTRIM', KEYS[1], 0, -2)
+  redis.call('LPUSH', KEYS[2], p)
+end
 while #moved < limit do
   local p = redis.call('LINDEX', KEYS[1], -1)
   if not p then return {0, moved, stale} end
-  if redis.call('HEXISTS', KEYS[3], redis.sha1hex(p)) == 1 then
+  if redis.call('HEXISTS', KEYS[3], digest(p)) == 1 then
     -- a suspect (in flight when a worker died) travels alone, after what was already claimed
     if #moved == 0 and held == 0 then
-      redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+      move(p)
       return {1, {p}, stale}
     end
     return {1, moved, stale}
@@ -31,7 +46,7 @@ while #moved < limit do
   -- the byte budget bounds a worker's memory whatever producers push: a payload that would overflow
   -- it waits for the next claim (one larger than the whole budget is claimed alone)
   if bytes + #p > budget and (#moved > 0 or held > 0) then return {1, moved, stale} end
-  redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  move(p)
   moved[#moved + 1] = p
   bytes = bytes + #p
 end

@@ -293,6 +293,9 @@ def head_log(command: str) -> Any:
     return log
 
 
+_NAMED_IDS = 10  # ids a label error names at most
+
+
 def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
     """Every ticket labelled, with one of the task's labels: otherwise accuracy would mean nothing."""
     unlabelled = [it.id for it in items if not it.label]
@@ -303,7 +306,14 @@ def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
     unknown = Counter(it.label for it in items if it.label not in labels)
     if unknown:
         found = ", ".join(f"{lab!r} ({n})" for lab, n in unknown.most_common())
-        raise DataError(f"labels not in the task: {found}; the task's labels are {', '.join(labels)}")
+        # name the tickets (with --from-redis, the corrections' ids): the one to relabel may be anywhere
+        bad = [it.id for it in items if it.label not in labels]
+        named = ", ".join(repr(i) for i in bad[:_NAMED_IDS]) + (
+            f" and {len(bad) - _NAMED_IDS} more" if len(bad) > _NAMED_IDS else ""
+        )
+        raise DataError(
+            f"labels not in the task: {found}, on ids {named}; the task's labels are {', '.join(labels)}"
+        )
 
 
 def calibration_json(confidence: Sequence[float], correct: Sequence[bool]) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import start_http_server
 
+from producer.protocol import reason_kind
+
 # A forward pass takes milliseconds on a GPU and seconds on a small CPU: buckets span both.
 _PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _DRAIN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -43,7 +45,10 @@ class Metrics:
             registry=reg,
         )
         self.dead = Counter(
-            "ticketq_dead_letters", "Dead letters written, by reason", ["reason"], registry=reg
+            "ticketq_dead_letters",
+            "Dead letters written, by reason kind (producer.protocol.DEAD_REASON_KINDS, or other)",
+            ["reason"],
+            registry=reg,
         )
         self.review = Counter(
             "ticketq_review",
@@ -175,7 +180,7 @@ class Metrics:
             self.tickets.labels("labelled").inc(n)
         for reason in dead_reasons:
             self.tickets.labels("dead").inc()
-            self.dead.labels(_reason_class(reason)).inc()
+            self.dead.labels(reason_kind(reason)).inc()
         if redelivered:
             self.redelivered.inc(redelivered)
         busy = real = padded = 0.0
@@ -194,10 +199,3 @@ class Metrics:
         """Start the /metrics HTTP server on a daemon thread; returns the server (for tests to close)."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server
-
-
-def _reason_class(reason: str) -> str:
-    """Dead-letter reasons carry details ("not JSON: Expecting value: line 1 column 1"); a label value
-    must come from a small set, or every distinct message becomes a time series of its own."""
-    head = reason.split(":", 1)[0].strip()
-    return head[:40] or "unknown"

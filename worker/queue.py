@@ -27,6 +27,7 @@ from redis.client import Pipeline
 
 from producer import scripts
 from producer.protocol import (
+    DIGEST_BYTES,
     MAX_PAYLOAD_BYTES,
     MAX_REVIEW,
     DeadLetter,
@@ -165,7 +166,7 @@ class RedisQueue:
     def _claim_now(self, n: int, held: Sequence[bytes]) -> tuple[list[bytes], bool]:
         keys = [self.keys.tickets, self.inflight, self.keys.attempts, self.keys.workers]
         args: list[int | str] = [n, len(held), self.worker_id, self.max_claim_bytes, sum(map(len, held))]
-        args.append("1" if self._holds_nothing else "0")
+        args += ["1" if self._holds_nothing else "0", DIGEST_BYTES]
         stopped, moved, stale = self._claim(keys=keys, args=args)
         if not held:
             self.stale = int(stale)
@@ -289,7 +290,7 @@ class RedisQueue:
             pipe.zremrangebyrank(key, MAX_REVIEW, -1)
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
-        event = Event(ids=report.written, dead={d.id: d.reason for d in report.dead if d.id is not None})
+        event = Event.after(report.written, report.dead)
         if not self.cluster:
             pipe.publish(self.keys.events, event.to_json())
         return event.to_json()
@@ -335,9 +336,12 @@ class RedisQueue:
             held = [_raw(p) for p in self.redis.lrange(keys.inflight(wid), 0, -1)]
             digests = [payload_digest(p) for p in held]
             seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
-            args: list[Any] = [wid, self.max_attempts, "1" if force else "0"]
+            args: list[Any] = [wid, self.max_attempts, "1" if force else "0", DIGEST_BYTES]
             for p, d, s in zip(held, digests, seen, strict=True):
-                args += [p, d, str(s), poison_letter(p, wid, s + 1)]
+                # a payload over DIGEST_BYTES is checked by its digest alone: not sent back in full; the
+                # letter is read only when this attempt is the last (recover.lua re-checks the count)
+                letter = poison_letter(p, wid, s + 1) if s + 1 >= self.max_attempts else ""
+                args += [p if len(p) <= DIGEST_BYTES else b"", d, str(s), letter]
             status, requeued, dead = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return None

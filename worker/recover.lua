@@ -1,24 +1,35 @@
 -- ticketq: recovery, the requeue of a dead worker's in-flight list (or its poison letters).
 -- KEYS: 1 P:workers, 2 P:heartbeat:<worker>, 3 P:inflight:<worker>, 4 P:tickets, 5 P:attempts, 6 P:dead.
--- ARGV: 1 worker id, 2 max attempts, 3 force (ignore a live heartbeat), then for each payload the caller
---       read from the in-flight list (left to right): payload, digest, attempts it read, dead letter JSON.
+-- ARGV: 1 worker id, 2 max attempts, 3 force (ignore a live heartbeat), 4 digest bound (DIGEST_BYTES in
+--       producer/protocol.py), then for each payload the caller read from the in-flight list (left to
+--       right): payload (empty when it is over ARGV 4 bytes: its digest identifies it), digest, attempts
+--       it read, dead letter JSON.
 -- Atomic: the liveness check, the re-check of what the caller read, every requeue or dead letter, the
 --   attempt counts and the deregistration: a payload ends in the input or in P:dead, never both or neither.
--- Cost: O(held) list and hash operations; held is one worker's claim (at most --drain payloads).
+-- Cost: O(held) list and hash operations, plus one SHA1 of at most ARGV 4 bytes per payload over ARGV 4
+--   bytes (a large payload is not sent back, only checked by its digest); held is one worker's claim (at
+--   most --drain payloads). LRANGE and the requeue still copy each payload: O(its size), a memory copy.
 -- The caller builds the dead letters (the format lives in Python); this script re-checks what it read.
 -- Returns {'ok'|'alive'|'changed', requeued, dead}.
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return {'alive', 0, 0} end
+local bound = tonumber(ARGV[4])
 local held = redis.call('LRANGE', KEYS[3], 0, -1)
-if #held * 4 ~= #ARGV - 3 then return {'changed', 0, 0} end
+if #held * 4 ~= #ARGV - 4 then return {'changed', 0, 0} end
 for i, p in ipairs(held) do
-  local j = 3 + (i - 1) * 4
-  if p ~= ARGV[j + 1] or (redis.call('HGET', KEYS[5], ARGV[j + 2]) or '0') ~= ARGV[j + 3] then
+  local j = 4 + (i - 1) * 4
+  local same
+  if #p <= bound then
+    same = p == ARGV[j + 1]
+  else
+    same = ARGV[j + 1] == '' and redis.sha1hex(table.concat({string.sub(p, 1, bound), '\n', string.format('%d', #p)})) == ARGV[j + 2]
+  end
+  if not same or (redis.call('HGET', KEYS[5], ARGV[j + 2]) or '0') ~= ARGV[j + 3] then
     return {'changed', 0, 0}
   end
 end
 local requeued, dead = 0, 0
 for i, p in ipairs(held) do
-  local j = 3 + (i - 1) * 4
+  local j = 4 + (i - 1) * 4
   if redis.call('HINCRBY', KEYS[5], ARGV[j + 2], 1) >= tonumber(ARGV[2]) then
     redis.call('LPUSH', KEYS[6], ARGV[j + 4])
     redis.call('HDEL', KEYS[5], ARGV[j + 2])

@@ -46,7 +46,7 @@ from worker.queue import AckHook, AckReport, RedisQueue
 from worker.review import Threshold
 from worker.settings import Settings
 from worker.stage import Outcome, process
-from worker.startcheck import publish_labels
+from worker.startcheck import publish_labels, question_labels
 
 T = TypeVar("T")
 
@@ -194,7 +194,7 @@ class Service:
             self.heartbeat.beat()
         labels = self.classifier.describe().get("labels")
         if isinstance(labels, list | tuple) and all(isinstance(x, str) for x in labels):
-            publish_labels(self.queue, list(labels))
+            publish_labels(self.queue, list(labels), question_labels(self.classifier))
         self._recover()
 
     def _loop(self) -> None:

@@ -116,7 +116,9 @@ class Settings(RedisOptions):
         check=between(0, 366 * 86400, "(a year)"),
     )
     strict: bool = setting(
-        False, help="refuse to start (exit 2) unless Redis's `maxmemory-policy` is `noeviction`"
+        False,
+        help="refuse to start (exit 2) unless Redis's `maxmemory-policy` is `noeviction` and its "
+        "`proto-max-bulk-len` at most 1 MiB (without it: a warning)",
     )
     review_below: float | None = setting(
         None,

@@ -1,13 +1,14 @@
 """What a worker does before it serves. Before the model loads (seconds to minutes on a cold machine):
 check the credentials, the ACL permissions and the key types the worker needs, and Redis's memory
 policy (a wrong password used to be reported only after the model; an evicting Redis silently drops
-tickets, in-flight lists or heartbeats: false poison letters). Once it runs: the task's labels, for the
-label script.
+tickets, in-flight lists or heartbeats: false poison letters) and its ``proto-max-bulk-len`` (the only
+bound on one payload, which the claim script copies). Once it runs: the task's labels and its further
+questions' labels, for the label script.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -38,27 +39,73 @@ def check_access(queue: RedisQueue) -> None:
 
 
 @transient
-def publish_labels(queue: RedisQueue, labels: Sequence[str]) -> None:
+def publish_labels(
+    queue: RedisQueue, labels: Sequence[str], questions: Mapping[str, Sequence[str]] | None = None
+) -> None:
     """``P:labelset``: the task's labels, which label.lua checks corrections against (a result may be
-    trimmed before a person corrects it). Replaced whole, in one transaction, at every worker's start."""
+    trimmed before a person corrects it); ``P:questions``, the further questions' names, and each one's
+    ``P:q:NAME:labelset``, which label.lua checks a correction for NAME against (there may be no answer to
+    NAME to check it by: no head yet). Replaced whole, in one transaction, at every worker's start; a
+    question dropped from the task leaves ``P:questions``, so label.lua refuses it."""
     if not labels:
         return
+    asked = {q: list(names) for q, names in (questions or {}).items() if names}
     with queue.redis.pipeline(transaction=True) as pipe:
-        pipe.delete(queue.keys.labelset)
+        pipe.delete(queue.keys.labelset, queue.keys.questions)
         pipe.sadd(queue.keys.labelset, *labels)
+        for question, names in asked.items():
+            key = queue.keys.asking(question).labelset
+            pipe.delete(key)
+            pipe.sadd(key, *names)
+        if asked:
+            pipe.sadd(queue.keys.questions, *asked)
         pipe.execute()
+
+
+def question_labels(classifier: Any) -> dict[str, list[str]]:
+    """Each further question the classifier answers -> its labels (its task's ``[questions.NAME]``).
+    Read defensively, as :mod:`worker.review` does: test doubles have no task."""
+    task = getattr(classifier, "task", None)
+    asked = set(getattr(classifier, "questions", ()) or ())
+    out: dict[str, list[str]] = {}
+    for q in getattr(task, "questions", ()) or ():
+        name, labels = getattr(q, "name", None), getattr(q, "labels", None)
+        if isinstance(name, str) and name in asked and isinstance(labels, list | tuple):
+            out[name] = [str(x) for x in labels]
+    return out
+
+
+def _config(client: Any, name: str) -> str | None:
+    """One CONFIG GET value, or ``None`` when CONFIG is refused or renamed (managed services do that)."""
+    try:
+        value = client.config_get(name).get(name)
+    except (redis.ResponseError, redis.exceptions.RedisClusterException):
+        return None
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value if isinstance(value, str) else None
 
 
 def memory_policy(client: Any) -> str | None:
     """Redis's ``maxmemory-policy``, or ``None`` when CONFIG is refused or renamed (managed services
     do that). Anything but ``noeviction`` may evict tickets, in-flight lists or heartbeats."""
+    return _config(client, "maxmemory-policy")
+
+
+#: Above this ``proto-max-bulk-len``, the start check warns (``--strict``: refuses). Valid payloads are
+#: under 64 KiB; claim.lua copies each payload it looks at (about 4 ms a MiB), so one huge payload
+#: blocks the shared Redis that long per claim. 1 MiB is Redis's minimum.
+MAX_BULK_LEN = 1024 * 1024
+
+
+def max_bulk_len(client: Any) -> int | None:
+    """Redis's ``proto-max-bulk-len`` in bytes (the largest value a client may write), or ``None`` when
+    CONFIG is refused or renamed."""
+    value = _config(client, "proto-max-bulk-len")
     try:
-        policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
-    except (redis.ResponseError, redis.exceptions.RedisClusterException):
+        return None if value is None else int(value)
+    except ValueError:
         return None
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    return policy if isinstance(policy, str) else None
 
 
 def check_redis(settings: Settings, log: Any) -> int | None:
@@ -71,6 +118,7 @@ def check_redis(settings: Settings, log: Any) -> int | None:
         queue = RedisQueue(client, keys, settings.worker_id)
         check_access(queue)
         policy = memory_policy(client)
+        bulk = max_bulk_len(client)
     except FatalError as exc:
         log.error(
             "fatal",
@@ -97,6 +145,17 @@ def check_redis(settings: Settings, log: Any) -> int | None:
             policy=policy,
             risk="Redis may evict tickets, in-flight lists or heartbeats (false poison letters)",
             fix="CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in redis.conf)",
+            strict=settings.strict,
+        )
+        if settings.strict:
+            return Exit.CONFIG
+    if bulk is not None and bulk > MAX_BULK_LEN:
+        (log.error if settings.strict else log.warning)(
+            "max_bulk_len",
+            proto_max_bulk_len=bulk,
+            risk="a producer may push one payload this large: each claim that reads it blocks Redis for "
+            "about 4 ms a MiB (valid payloads are under 64 KiB)",
+            fix="CONFIG SET proto-max-bulk-len 1mb (and proto-max-bulk-len 1mb in redis.conf)",
             strict=settings.strict,
         )
         if settings.strict:

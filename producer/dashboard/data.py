@@ -272,7 +272,7 @@ class DeadRow:
         return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "…"
 
 
-DEAD_ROWS = 50  # dead letters per page (each at most ~90 KiB: a 64 KiB payload kept, as JSON)
+DEAD_ROWS = 50  # dead letters per page (each at most MAX_LETTER_BYTES, 96 KiB: ~4.7 MiB a page at most)
 
 
 def dead_page(client: Client, start: int = 0, limit: int = DEAD_ROWS) -> list[DeadRow]:

@@ -116,6 +116,9 @@ def test_a_further_questions_queue_has_a_tab_and_is_labelled_for_that_question(
         r.hset(keys.results, tid, replace(result, answers={"intent": answer}).to_json())
     r.zadd(keys.asking("intent").review, {"T-1": 0.1, "T-2": 0.3})
     r.zadd(keys.review, {"T-3": 0.4})
+    # what every worker publishes at start: the questions and their labels, which label.lua checks
+    r.sadd(keys.questions, "intent")
+    r.sadd(keys.asking("intent").labelset, "lost_card", "refund")
     with TestClient(make_app(Auth(token=TOKEN))) as client:
         client.post("/login", data={"token": TOKEN})
         client.get("/")  # the sampler's first reading: it names the questions

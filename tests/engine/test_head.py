@@ -609,7 +609,7 @@ def test_a_head_whose_finite_numbers_would_overflow_the_scores_is_refused(head: 
         {"temperature": 1e-300},
         {"temperature": 1e300},
     ):
-        with pytest.raises(HeadError, match="weights reach|temperature must lie"):
+        with pytest.raises(HeadError, match=r"weights reach|temperature must lie"):
             replace(head, **bad)
     edge = replace(
         head,

@@ -198,8 +198,15 @@ def test_an_evicting_redis_is_a_warning_or_under_strict_a_refusal(
     code, logged = _serve_without_loading(server.url, "--strict")
     assert code == 2 and logged[-1]["event"] == "memory_policy" and logged[-1]["level"] == "error"
     admin.config_set("maxmemory-policy", "noeviction")
+    # audit finding 5: a proto-max-bulk-len over 1 MiB lets one payload stall every script that reads it
+    code, logged = _serve_without_loading(server.url)
+    (warned,) = [e for e in logged if e["event"] == "max_bulk_len"]  # the default 512 MB: a warning
+    assert warned["level"] == "warning" and "proto-max-bulk-len 1mb" in str(warned["fix"])
     code, logged = _serve_without_loading(server.url, "--strict")
-    assert code == 1 and not any(e["event"].startswith("memory_policy") for e in logged)
+    assert code == 2 and logged[-1]["event"] == "max_bulk_len" and logged[-1]["level"] == "error"
+    admin.config_set("proto-max-bulk-len", "1mb")
+    code, logged = _serve_without_loading(server.url, "--strict")
+    assert code == 1 and not any(e["event"].startswith(("memory_policy", "max_bulk")) for e in logged)
     admin.execute_command("ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config")
     code, logged = _serve_without_loading(f"redis://noconfig:pw@127.0.0.1:{server.port}/0", "--strict")
     assert code == 1 and [e for e in logged if e["event"] == "memory_policy_unchecked"]

@@ -291,13 +291,18 @@ def test_a_trimmed_result_no_longer_lets_any_label_through(r: redis.Redis, keys:
 
 
 def test_a_further_questions_corrections_and_heads_have_keys_of_their_own(r: redis.Redis, keys: Keys) -> None:
+    from worker.startcheck import publish_labels
+
+    publish_labels(RedisQueue(r, keys, "w1"), ["billing", "account"], {"intent": ["lost_card", "refund"]})
     client = Client(r, keys.prefix)
     answers = {"intent": {"label": "lost_card", "scores": {"lost_card": 0.7, "refund": 0.3}}}
     scores = {"billing": 0.6, "account": 0.4}
     r.hset(keys.results, "T-9", Result("T-9", "billing", scores, "m", "d", answers=answers).to_json())
     r.set(keys.text("T-9"), "my card is gone", ex=60)
-    with pytest.raises(LabelError, match=r"unknown label billing \(labels: lost_card, refund"):
-        client.label("T-9", "billing", question="intent")  # checked against the answer, not the primary
+    with pytest.raises(
+        LabelError, match=r"unknown label billing for question intent \(labels: lost_card, refund"
+    ):
+        client.label("T-9", "billing", question="intent")  # checked against intent's labels, not the primary
     c = client.label("T-9", "refund", by="bo", question="intent")
     assert (c.label, c.was) == ("refund", "lost_card")
     assert r.hexists(f"{keys.prefix}:q:intent:labels", "T-9") and not r.exists(keys.labels)
@@ -352,3 +357,52 @@ def test_the_watch_follows_every_questions_published_head(r: redis.Redis, keys: 
         ("head_loaded", None, "1"),
         ("head_rejected", "urgency", "1"),
     ]
+
+
+def test_a_further_questions_label_is_checked_against_its_label_set_without_an_answer(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Audit finding 9: with no head for a question yet (no ``answers.NAME`` to check by), label.lua took any
+    label for it, and any question name; train --from-redis then failed. Workers now publish each
+    question's labels (P:q:NAME:labelset) and P:questions at start, and label.lua checks against them."""
+    from worker.startcheck import publish_labels
+
+    scores = {"billing": 0.7, "account": 0.3}
+    r.hset(keys.results, "T-1", Result("T-1", "billing", scores, "m", "d").to_json())  # no answers at all
+    r.set(keys.text("T-1"), "my card was stolen", ex=60)
+    client = Client(r, keys.prefix)
+    with pytest.raises(LabelError, match=r"unknown question intent \(questions: none published"):
+        client.label("T-1", "lost_card", question="intent")  # no worker has published its questions
+    queue = RedisQueue(r, keys, "w1")
+    publish_labels(
+        queue, ["billing", "account"], {"intent": ["lost_card", "card_arrival"], "urgency": ["high"]}
+    )
+    assert r.smembers(keys.questions) == {b"intent", b"urgency"}
+    assert r.smembers(keys.asking("intent").labelset) == {b"lost_card", b"card_arrival"}
+    code, _, err = run_producer_cli(redis_url, keys, "label", "--question", "intent", "T-1", "lost_crad")
+    assert (
+        code == 2 and "unknown label lost_crad for question intent (labels: card_arrival, lost_card)" in err
+    )
+    code, _, err = run_producer_cli(redis_url, keys, "label", "--question", "intnet", "T-1", "anything")
+    assert code == 2 and "unknown question intnet (questions: intent, urgency)" in err
+    assert not r.exists(keys.asking("intent").labels) and not r.exists(keys.asking("intnet").labels)
+    code, _, err = run_producer_cli(redis_url, keys, "label", "--question", "intent", "T-1", "lost_card")
+    assert code == 0 and [c.label for c in read_corrections(client, "intent")] == ["lost_card"]
+    # a question dropped from the task (a worker started without it) is refused again, though its set stays
+    publish_labels(queue, ["billing", "account"], {"intent": ["lost_card", "card_arrival"]})
+    with pytest.raises(LabelError, match=r"unknown question urgency \(questions: intent\)"):
+        client.label("T-1", "high", question="urgency")
+    assert client.label("T-1", "account").label == "account"  # the primary is as before
+
+
+def test_a_worker_publishes_its_questions_label_sets_at_start(r: redis.Redis, keys: Keys) -> None:
+    from types import SimpleNamespace
+
+    from worker.startcheck import question_labels
+
+    task = SimpleNamespace(
+        questions=[SimpleNamespace(name="intent", labels=("lost_card", "refund")), SimpleNamespace(name="x")]
+    )
+    classifier = SimpleNamespace(task=task, questions=("intent",))
+    assert question_labels(classifier) == {"intent": ["lost_card", "refund"]}
+    assert question_labels(FakeClassifier()) == {}  # a double without a task: nothing to publish

@@ -277,3 +277,57 @@ def test_recovery_handles_each_orphan_on_its_own(r: redis.Redis, keys: Keys) -> 
     letters = [json.loads(raw.decode("utf-8")) for raw in cast(list[bytes], r.lrange(keys.dead, 0, -1))]
     assert len(letters) == 10 and all(d["reason"] == "poison: killed 1 workers" for d in letters)
     assert sorted(d.get("id", "") for d in letters).count("") == 8  # no id readable from the hostile ones
+
+
+def _spec_digest(raw: bytes) -> str:
+    """producer.protocol's payload digest, spelled out: over 64 KiB, the sha1 of the first 64 KiB, a newline
+    and the size in decimal (the Lua scripts must compute the same)."""
+    import hashlib
+
+    if len(raw) <= 65536:
+        return hashlib.sha1(raw).hexdigest()
+    return hashlib.sha1(raw[:65536] + b"\n" + str(len(raw)).encode()).hexdigest()
+
+
+def test_an_oversized_payload_is_known_by_a_bounded_digest_in_claim_and_recovery(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """Audit finding 5: claim.lua hashed the whole of each payload it looked at, and recover.lua was sent
+    it back: one 64 MiB payload held Redis for hundreds of ms per call. An oversized payload (refused anyway)
+    is now known by the sha1 of its first 64 KiB plus its size, in Lua and in Python alike."""
+    big = b"x" * (300 * 1024)
+    twin = b"x" * (300 * 1024 + 1)  # the same first 64 KiB, another size: another digest
+    assert payload_digest(big) == _spec_digest(big) != _spec_digest(twin) == payload_digest(twin)
+    r.lpush(keys.tickets, big, payload(1))
+    r.hset(keys.attempts, _spec_digest(big), 1)  # a suspect: claim.lua must find it by this digest
+    q = RedisQueue(r, keys, "w1", max_attempts=3)
+    assert q.claim(10, max_wait_s=0) == [big]  # travels alone
+    # the worker dies holding it: recovery counts the attempt under the same digest and requeues it
+    (rec,) = RedisQueue(r, keys, "w2", max_attempts=3).recover()
+    assert (rec.worker, rec.requeued, rec.dead) == ("w1", 1, 0)
+    assert r.hgetall(keys.attempts) == {_spec_digest(big).encode(): b"2"}
+    assert r.lrange(keys.tickets, 0, -1) == [payload(1), big]
+    # a third death makes it a poison letter (its first 64 KiB kept, with its size)
+    q.claim(10, max_wait_s=0)
+    RedisQueue(r, keys, "w2", max_attempts=3).recover()
+    letter = json.loads(r.lindex(keys.dead, 0))  # type: ignore[arg-type]
+    assert letter["payload_bytes"] == len(big) and letter["reason"] == "poison: killed 3 workers"
+    assert r.hlen(keys.attempts) == 0 and r.lrange(keys.tickets, 0, -1) == [payload(1)]
+
+
+def test_recovery_of_an_oversized_payload_sees_it_changed(r: redis.Redis, keys: Keys) -> None:
+    """recover.lua checks an oversized payload by its digest (it is not sent back): a list that changed
+    under the caller is still seen, and nothing is requeued twice."""
+    big = b"y" * (100 * 1024)
+    r.lpush(keys.inflight("gone"), big)
+    r.sadd(keys.workers, "gone")
+    q = RedisQueue(r, keys, "w1")
+    script_keys = [keys.workers, keys.heartbeat("gone"), keys.inflight("gone"), keys.tickets]
+    script_keys += [keys.attempts, keys.dead]
+    other = _spec_digest(big + b"y")  # the same first 64 KiB, another size
+    status, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "0", "{}"])
+    assert status == b"changed" and r.llen(keys.inflight("gone")) == 1 and r.llen(keys.tickets) == 0
+    status, requeued, _ = q._recover(
+        keys=script_keys, args=["gone", 3, "0", 65536, b"", _spec_digest(big), "0", "{}"]
+    )
+    assert (status, requeued) == (b"ok", 1) and r.lrange(keys.tickets, 0, -1) == [big]

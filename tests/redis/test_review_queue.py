@@ -118,6 +118,9 @@ def test_a_questions_unsure_answers_have_a_queue_of_their_own(
     assert intent_queue(r, keys) == ["r2", "r1", "r4"]  # margins 0.04, 0.2, 0.4; r3 was sure
     assert r.zscore(keys.asking("intent").review, "r2") == pytest.approx(0.04)
     assert queued(r, keys) == ["r2"]  # the primary's own queue: only r2's label was unsure
+    from worker.startcheck import publish_labels
+
+    publish_labels(RedisQueue(r, keys, "w9"), ["billing", "account"], {"intent": ["lost_card", "refund"]})
     client = Client(r, keys.prefix)
     items = review.queue(client, question="intent")
     assert [(i.id, i.label, i.confidence) for i in items[:2]] == [

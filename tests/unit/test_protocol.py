@@ -161,6 +161,19 @@ def test_digest_is_sha1_of_the_raw_bytes() -> None:
     assert payload_digest(b"abc") == "a9993e364706816aba3e25717850c26c9cd0d89d"
 
 
+def test_digest_of_an_oversized_payload_hashes_a_bounded_prefix_and_the_size() -> None:
+    """Audit finding 5: a payload over 64 KiB (refused anyway) is known by its first 64 KiB and its size,
+    so hashing it (here and in claim.lua) costs the same whatever its size."""
+    import hashlib
+
+    limit = b"a" * 65536
+    assert payload_digest(limit) == hashlib.sha1(limit).hexdigest()  # every valid payload: as before
+    big = limit + b"b" * 1000
+    assert payload_digest(big) == hashlib.sha1(limit + b"\n66536").hexdigest()
+    assert payload_digest(big) == payload_digest(big[:-1] + b"c")  # same prefix and size: same digest
+    assert payload_digest(big) != payload_digest(big + b"b")  # another size
+
+
 # -- issue 19: the hostile-input family, each decided on purpose (README, wire protocol) ----------
 
 DEEP = b'{"id": "a", "text": "b", "d": ' + b"[" * (MAX_DEPTH) + b"]" * (MAX_DEPTH) + b"}"

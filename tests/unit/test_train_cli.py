@@ -12,7 +12,10 @@ from worker.cli import main
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("id,text,label\n1,refund please,billing\n2,big sale,sales\n", "labels not in the task: 'sales' (1)"),
+        (
+            "id,text,label\n1,refund please,billing\n2,big sale,sales\n",
+            "labels not in the task: 'sales' (1), on ids '2'",
+        ),
         ("id,text,label\n", "no tickets"),
         ("", ""),  # an empty file: the reader's message, still one line
         ("id,text,label\n1,refund please,billing\n2,charged twice,billing\n", "two labels or more"),
@@ -100,3 +103,17 @@ def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better(
     assert named[:2] == lines[:2] and "--unlabeled FILE" in named[2] and "--label-names" not in named[2]
     both = {"used": False, "label_names": FINE, "unlabeled": 50}  # both tried: nothing more to suggest
     assert hints(head(FINE, 10, default, beyond=both), 30) == [lines[0], lines[1]]
+
+
+def test_labels_not_in_the_task_name_the_tickets_that_carry_them() -> None:
+    """Audit finding 9: one mistyped correction blocked train --from-redis without saying which."""
+    from worker.bench.data import DataError, Item
+    from worker.evaluate import check_labels
+
+    items = [Item("T-1", "a", "billing"), Item("T-2", "b", "lost_crad")]
+    items += [Item(f"X-{i}", "c", "typo") for i in range(11)]
+    with pytest.raises(DataError) as caught:
+        check_labels(items, ["billing", "account"])
+    message = str(caught.value)
+    assert message.startswith("labels not in the task: 'typo' (11), 'lost_crad' (1), on ids 'T-2', 'X-0'")
+    assert "'X-8' and 2 more; the task's labels are billing, account" in message

@@ -1,0 +1,182 @@
+"""Against a real Redis: readers of ``P:dead`` stay within their byte budgets whatever the letters hold,
+letters of payloads heavy with escapes are still replayed byte for byte, and ``Client.wait`` takes a
+``P:events`` dead entry only for the payload it waits for (audit findings 2 and 8)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from producer import dead as dead_module
+from producer.client import DEAD_SCAN_BYTES, Client, Waited
+from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Event, Keys, Result, payload_digest
+
+pytestmark = pytest.mark.redis
+
+
+def test_a_letter_kept_as_base64_text_is_replayed_byte_for_byte_with_its_attempts(
+    r: redis.Redis, keys: Keys
+) -> None:
+    raw = json.dumps({"id": "T-1", "text": "hi", "x": '"\\' * 15_000}, separators=(",", ":")).encode()
+    # UTF-8 and quotes: escaped over 64 KiB; with a byte more or less, every base64 tail ("==", "=", none)
+    odd = json.dumps({"id": "T-2", "text": "hi", "y": '\u00e9"' * 14_000}, ensure_ascii=False).encode()
+    assert len(raw) <= MAX_PAYLOAD_BYTES and len(odd) <= MAX_PAYLOAD_BYTES
+    letters = [
+        DeadLetter("poison: killed 3 workers", raw, id="T-1", attempts=3),
+        DeadLetter("engine error: boom", odd, id="T-2"),
+        DeadLetter("engine error: boom", odd + b"x"),
+        DeadLetter("engine error: boom", odd[:-1]),
+    ]
+    encoded = [d.to_json() for d in letters]
+    assert all(json.loads(e).get("payload_utf8") for e in encoded)
+    r.lpush(keys.dead, *encoded)
+    assert Client(r, keys.prefix).requeue_dead(poison=True) == ["T-1", "T-2", "", ""]
+    assert r.lrange(keys.tickets, 0, -1) == [odd[:-1], odd + b"x", odd, raw]  # oldest pushed first
+    assert r.hget(keys.attempts, payload_digest(raw)) == b"3"
+    assert r.llen(keys.dead) == 0
+
+
+def _lua_reads(r: redis.Redis, keys: Keys, run: Any) -> list[list[list[str]]]:
+    """The commands each script call ran on ``keys.dead`` (MONITOR shows a script's commands)."""
+    seen: list[dict[str, Any]] = []
+    ready = threading.Event()
+    sentinel = keys.dead + ":sentinel"
+
+    def watch() -> None:
+        with r.monitor() as m:
+            ready.set()
+            for cmd in m.listen():
+                seen.append(cmd)
+                if sentinel in cmd["command"]:
+                    return
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    assert ready.wait(5)
+    time.sleep(0.2)
+    run()
+    r.exists(sentinel)
+    t.join(30)
+    calls: list[list[list[str]]] = []
+    for cmd in seen:
+        words = cmd["command"].split(" ")
+        if words[0].upper() == "EVALSHA" and keys.dead in cmd["command"]:
+            calls.append([])
+        elif cmd.get("client_type") == "lua" and calls and len(words) > 1 and words[1] == keys.dead:
+            calls[-1].append(words)
+    return calls
+
+
+def test_requeue_dead_copies_at_most_its_byte_budget_and_one_letter_into_lua(
+    r: redis.Redis, keys: Keys
+) -> None:
+    size = 300 * 1024  # letters as large as older workers wrote them (up to ~384 KiB)
+    letters = [
+        json.dumps({"v": 1, "reason": "not JSON", "payload": "\u0001" * (size // 6) + f"{n:04d}"})
+        for n in range(20)
+    ]
+    r.lpush(keys.dead, *letters)
+    by_pos = {-(n + 1): len(letters[n]) for n in range(20)}  # from the tail: the oldest is -1
+    c = Client(r, keys.prefix)
+    calls = _lua_reads(r, keys, lambda: c.requeue_dead(reason="nothing matches this"))
+    assert len(calls) >= 20 * size // dead_module.REQUEUE_BYTES
+    for commands in calls:
+        read = 0
+        for words in commands:
+            op = words[0].strip('"').upper()
+            assert op in ("LLEN", "LINDEX"), words  # never a range of letters at once
+            if op == "LINDEX":
+                read += by_pos[int(words[2].strip('"'))]
+        assert read <= dead_module.REQUEUE_BYTES + size + 100
+    assert r.llen(keys.dead) == 20 and r.llen(keys.tickets) == 0
+
+
+def test_wait_reads_at_most_its_byte_budget_of_dead_letters_and_finds_a_recent_one(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    junk = [bytes([1]) * (MAX_PAYLOAD_BYTES - 4) + b"%04d" % n for n in range(100)]
+    r.lpush(keys.dead, *[DeadLetter("not JSON: no", p, worker="w").to_json() for p in junk])
+    mine = b'{"id": "T-1", "text": "   "}'
+    r.lpush(keys.dead, DeadLetter("empty field: text", mine, id="T-1").to_json())
+    c = Client(r, keys.prefix)
+    got: list[int] = []
+    real = c.redis.lrange
+
+    def counted(*args: Any) -> Any:
+        out = real(*args)
+        got.append(sum(len(x) for x in out))
+        return out
+
+    monkeypatch.setattr(c.redis, "lrange", counted)
+    w = c.wait(["T-1", "T-404"], timeout=0.2, digests={"T-1": payload_digest(mine)})
+    assert w.dead == {"T-1": "empty field: text"} and w.pending == {"T-404"}
+    assert 0 < sum(got) <= DEAD_SCAN_BYTES  # 100 letters of ~87 KiB: ~8.5 MiB, were ~38 MiB of 393 KB
+
+
+def test_wait_reads_no_more_than_one_small_chunk_past_its_budget_of_older_larger_letters(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = [
+        json.dumps({"v": 1, "reason": "not JSON", "payload": "\u0001" * 50_000 + str(n)}) for n in range(40)
+    ]
+    r.lpush(keys.dead, *old)  # ~300 KB each, as a worker before the bound wrote them
+    c = Client(r, keys.prefix)
+    got: list[int] = []
+    real = c.redis.lrange
+
+    def counted(*args: Any) -> Any:
+        out = real(*args)
+        got.append(sum(len(x) for x in out))
+        return out
+
+    monkeypatch.setattr(c.redis, "lrange", counted)
+    c.wait(["T-404"], timeout=0.1)
+    assert sum(got) <= DEAD_SCAN_BYTES + 16 * len(old[0])  # ~12 MB were read before
+
+
+def _wait_in_thread(c: Client, keys: Keys, digests: dict[str, str]) -> tuple[threading.Thread, list[Waited]]:
+    box: list[Waited] = []
+    t = threading.Thread(target=lambda: box.append(c.wait(list(digests), 10, digests=digests)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 5
+    while c.redis.pubsub_numsub(keys.events)[0][1] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return t, box
+
+
+def test_wait_ignores_a_dead_event_for_another_payload_with_the_same_id(r: redis.Redis, keys: Keys) -> None:
+    c = Client(r, keys.prefix)
+    mine, theirs = b'{"id": "T-1", "text": "refund"}', b'{"id": "T-1", "text": "   "}'
+    t, box = _wait_in_thread(c, keys, {"T-1": payload_digest(mine)})
+    other = Event.after([], [DeadLetter("empty field: text", theirs, id="T-1")])
+    r.publish(keys.events, other.to_json())  # someone else's T-1 died: not ours
+    result = Result("T-1", "billing", {"billing": 1.0}, "m", payload_digest(mine))
+    r.hset(keys.results, "T-1", result.to_json())
+    r.publish(keys.events, Event(ids=["T-1"]).to_json())
+    t.join(10)
+    assert box and box[0].dead == {} and set(box[0].results) == {"T-1"} and box[0].complete
+
+
+def test_wait_takes_a_dead_event_that_names_its_payload_and_one_from_an_older_worker(
+    r: redis.Redis, keys: Keys
+) -> None:
+    c = Client(r, keys.prefix)
+    one, two = b'{"id": "T-1", "text": "a\\u0001"}', b'{"id": "T-2", "text": "b\\u0001"}'
+    t, box = _wait_in_thread(c, keys, {"T-1": payload_digest(one), "T-2": payload_digest(two)})
+    r.publish(
+        keys.events,
+        Event.after([], [DeadLetter("control character U+0001 in text", one, id="T-1")]).to_json(),
+    )
+    r.publish(keys.events, json.dumps({"ids": [], "dead": {"T-2": "control character U+0001 in text"}}))
+    t.join(10)
+    assert box and box[0].complete
+    assert box[0].dead == {
+        "T-1": "control character U+0001 in text",
+        "T-2": "control character U+0001 in text",
+    }
