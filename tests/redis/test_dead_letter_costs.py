@@ -19,6 +19,20 @@ from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Event, Keys, Result
 pytestmark = pytest.mark.redis
 
 
+def bytes_read(c: Client, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes each LRANGE of ``c`` returns from now on, in a list that grows as it reads."""
+    got: list[int] = []
+    real = c.redis.lrange
+
+    def counted(*args: Any) -> Any:
+        out = real(*args)
+        got.append(sum(len(x) for x in out))
+        return out
+
+    monkeypatch.setattr(c.redis, "lrange", counted)
+    return got
+
+
 def test_a_letter_kept_as_base64_text_is_replayed_byte_for_byte_with_its_attempts(
     r: redis.Redis, keys: Keys
 ) -> None:
@@ -104,15 +118,7 @@ def test_wait_reads_at_most_its_byte_budget_of_dead_letters_and_finds_a_recent_o
     mine = b'{"id": "T-1", "text": "   "}'
     r.lpush(keys.dead, DeadLetter("empty field: text", mine, id="T-1").to_json())
     c = Client(r, keys.prefix)
-    got: list[int] = []
-    real = c.redis.lrange
-
-    def counted(*args: Any) -> Any:
-        out = real(*args)
-        got.append(sum(len(x) for x in out))
-        return out
-
-    monkeypatch.setattr(c.redis, "lrange", counted)
+    got = bytes_read(c, monkeypatch)
     w = c.wait(["T-1", "T-404"], timeout=0.2, digests={"T-1": payload_digest(mine)})
     assert w.dead == {"T-1": "empty field: text"} and w.pending == {"T-404"}
     assert 0 < sum(got) <= DEAD_SCAN_BYTES  # 100 letters of ~87 KiB: ~8.5 MiB, were ~38 MiB of 393 KB
@@ -126,15 +132,7 @@ def test_wait_reads_no_more_than_one_small_chunk_past_its_budget_of_older_larger
     ]
     r.lpush(keys.dead, *old)  # ~300 KB each, as a worker before the bound wrote them
     c = Client(r, keys.prefix)
-    got: list[int] = []
-    real = c.redis.lrange
-
-    def counted(*args: Any) -> Any:
-        out = real(*args)
-        got.append(sum(len(x) for x in out))
-        return out
-
-    monkeypatch.setattr(c.redis, "lrange", counted)
+    got = bytes_read(c, monkeypatch)
     c.wait(["T-404"], timeout=0.1)
     assert sum(got) <= DEAD_SCAN_BYTES + 16 * len(old[0])  # ~12 MB were read before
 
