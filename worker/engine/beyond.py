@@ -64,7 +64,7 @@ def name_labels(rows: int, classes: int) -> list[int]:
 
 def names_of(names: torch.Tensor, classes: int, keep: Sequence[int]) -> torch.Tensor:
     """The name rows of the classes ``keep`` (in that order), of ``names`` laid out for ``classes``."""
-    phrases = len(name_labels(names.shape[0], classes)) // classes
+    phrases = len(name_labels(names.shape[0], classes)) // classes  # checked: whole rows per class
     index = torch.tensor([j * classes + c for j in range(phrases) for c in keep], dtype=torch.long)
     return names[index]
 

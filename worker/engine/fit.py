@@ -226,21 +226,18 @@ def cross_predict(
     rw = row_weights(row_weight, len(target))
     folds = torch.tensor(list(fold), dtype=torch.long)
     use = torch.ones(len(target), dtype=torch.bool) if train is None else torch.tensor(list(train))
-    add_x = add_y = add_w = None
+    add_x = x[:0]
+    add_y = target[:0]
     if extra is not None:
         add_x, add_y = extra[0].to(torch.float64).cpu(), torch.tensor(list(extra[1]), dtype=torch.long)
         if add_x.shape != (len(add_y), x.shape[1]):
             raise ValueError(f"extra rows: {tuple(add_x.shape)} features for {len(add_y)} labels")
-        add_w = torch.ones(len(add_y), dtype=torch.float64)
     predicted = torch.empty_like(target)
     for f in sorted(set(folds.tolist())):
         rows, test = use & (folds != f), folds == f
         if not bool(rows.any()):
             raise ValueError(f"fold {f}: no training rows left")
-        fx, fy, fw = x[rows], target[rows], None if rw is None else rw[rows]
-        if add_x is not None and add_y is not None and add_w is not None:
-            fx, fy = torch.cat([fx, add_x]), torch.cat([fy, add_y])
-            fw = None if fw is None else torch.cat([fw, add_w])
-        w, b = _train(fx, fy, classes, l2, fw)
+        fw = None if rw is None else torch.cat([rw[rows], torch.ones(len(add_y), dtype=torch.float64)])
+        w, b = _train(torch.cat([x[rows], add_x]), torch.cat([target[rows], add_y]), classes, l2, fw)
         predicted[test] = (x[test] @ w.T + b).argmax(1)
     return predicted.tolist()
