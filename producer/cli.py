@@ -147,6 +147,10 @@ def _parser() -> argparse.ArgumentParser:
     config.add_arguments(label, ByOptions)
     config.add_arguments(label, QuestionOptions)
     label.set_defaults(func=cmd_label)
+    unlabel = sub.add_parser("unlabel", help="withdraw a ticket's correction (train no longer learns it)")
+    unlabel.add_argument("id", metavar="ID")
+    config.add_arguments(unlabel, QuestionOptions)
+    unlabel.set_defaults(func=cmd_unlabel)
     corrections = sub.add_parser("corrections", help="the recorded corrections as JSONL")
     config.add_arguments(corrections, QuestionOptions, env=False)
     corrections.set_defaults(func=cmd_corrections)
@@ -255,6 +259,13 @@ def cmd_label(client: Client, args: argparse.Namespace) -> int:
     correction = client.label(args.id, args.label, by=config.resolve(ByOptions, args).by, question=question)
     was = f" (was {correction.was})" if correction.was is not None else ""
     print(f"{args.id}: {correction.label}{was}", file=sys.stderr)
+    return 0
+
+
+def cmd_unlabel(client: Client, args: argparse.Namespace) -> int:
+    gone = client.unlabel(args.id, config.resolve(QuestionOptions, args).question)
+    what = f" {gone.label}" if gone.label else ""
+    print(f"{args.id}: correction{what} withdrawn", file=sys.stderr)
     return 0
 
 

@@ -146,6 +146,7 @@ class Client:
         self.stamp = stamp
         self._requeue_dead = scripts.load(connection, "producer", "requeue_dead.lua")
         self._label = scripts.load(connection, "producer", "label.lua")
+        self._unlabel = scripts.load(connection, "producer", "unlabel.lua")
         self._publish = scripts.load(connection, "producer", "publish_head.lua")
 
     @classmethod
@@ -353,6 +354,28 @@ class Client:
                 raise LabelError(message.removeprefix("TICKETQ ")) from None
             raise
         return Correction.from_json(ticket_id, raw)
+
+    def unlabel(self, ticket_id: str, question: str | None = None) -> Correction:
+        """Withdraw a ticket's correction of ``question`` (None: the primary), a wrong one, say: the next
+        ``train --from-redis`` no longer learns it (a head already trained on it keeps what it learnt until
+        then). Returns the correction removed (a record that is not one reads as a bare correction of its
+        id). One EVAL of ``producer/unlabel.lua``. :class:`LabelError` when there is none, or for a question
+        no worker has published."""
+        if question is not None and not self.redis.sismember(self.keys.questions, question):
+            known = sorted(
+                q.decode() if isinstance(q, bytes) else str(q)
+                for q in self.redis.smembers(self.keys.questions)
+            )
+            listed = ", ".join(known) or "none published: workers publish their task's questions at start"
+            raise LabelError(f"unknown question {question} (questions: {listed})")
+        raw = self._unlabel(keys=[self.keys.asking(question).labels], args=[ticket_id])
+        if raw is None:
+            whose = "" if question is None else f" for question {question}"
+            raise LabelError(f"no correction of ticket {ticket_id}{whose}")
+        try:
+            return Correction.from_json(ticket_id, raw)
+        except (ValueError, TypeError):
+            return Correction(ticket_id, "", "")
 
     def correction_records(self, question: str | None = None) -> Iterator[Correction]:
         """Every recorded correction of ``question`` (None: the primary); a malformed record is skipped."""

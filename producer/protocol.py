@@ -36,7 +36,8 @@ key                        type    what                                         
                                    clients wait without polling (see :class:`Event`).
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
-``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`).            permanent
+``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`);            permanent
+                                   ``unlabel.lua`` (``Client.unlabel``) withdraws one.
 ``P:labelset``             set     the task's labels, written by each worker; label.lua checks  at start
                                    a correction's label against it.
 ``P:questions``            set     the task's further questions' names, written by each worker   at start

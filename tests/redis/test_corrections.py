@@ -319,6 +319,60 @@ def test_a_further_questions_corrections_and_heads_have_keys_of_their_own(r: red
         client.current_head("a:b")
 
 
+def test_a_wrong_correction_can_be_withdrawn_and_is_no_longer_trained_on(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Labelling again replaced a correction, but nothing removed one: a slip (the wrong id, a label for
+    the wrong question) stayed in every later train --from-redis."""
+    from worker.startcheck import publish_labels
+
+    publish_labels(RedisQueue(r, keys, "w1"), ["billing", "account"], {"intent": ["lost_card", "refund"]})
+    client = Client(r, keys.prefix)
+    for tid in ("T-1", "T-2"):
+        seen(r, keys, tid, f"text of {tid}")
+        client.label(tid, "account")
+    client.label("T-1", "refund", question="intent")
+    gone = client.unlabel("T-1")
+    assert (gone.id, gone.label, gone.text, gone.was) == ("T-1", "account", "text of T-1", "billing")
+    assert [c.id for c in read_corrections(client)] == ["T-2"]
+    assert [c.label for c in read_corrections(client, "intent")] == ["refund"]  # the question's is apart
+    with pytest.raises(LabelError, match=r"^no correction of ticket T-1$"):
+        client.unlabel("T-1")
+    with pytest.raises(LabelError, match=r"unknown question urgency \(questions: intent\)"):
+        client.unlabel("T-1", question="urgency")
+    assert client.unlabel("T-1", question="intent").label == "refund"
+    assert not r.exists(f"{keys.prefix}:q:intent:labels")
+    r.hset(keys.labels, "T-3", "not json")  # written by hand: still removable
+    assert client.unlabel("T-3").label == "" and not r.hexists(keys.labels, "T-3")
+
+    assert run_producer_cli(redis_url, keys, "unlabel", "T-2") == (
+        0,
+        "",
+        "T-2: correction account withdrawn\n",
+    )
+    assert run_producer_cli(redis_url, keys, "unlabel", "T-2") == (
+        2,
+        "",
+        "ticketq-producer: no correction of ticket T-2\n",
+    )
+    assert read_corrections(client) == [] and r.exists(
+        keys.text("T-2")
+    )  # the text stays: it can be relabelled
+    assert client.label("T-2", "billing").label == "billing"
+
+
+def test_unlabel_is_one_redis_command_from_any_language(redis_url: str, r: redis.Redis, keys: Keys) -> None:
+    need_binary("redis-cli")
+    seen(r, keys, "T-5", "text")
+    Client(r, keys.prefix).label("T-5", "account")
+    script = str(LABEL_LUA.with_name("unlabel.lua"))
+    cmd = ["redis-cli", "-u", redis_url, "--eval", script, keys.labels, ",", "T-5"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["label"] == "account" and not r.hexists(keys.labels, "T-5")
+    again = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert again.strip() == ""  # nil: nothing to withdraw
+
+
 class AskingClassifier(FakeClassifier):
     """Takes a head per question; the 'head' is its bytes (b'bad' is refused)."""
 
