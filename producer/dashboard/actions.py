@@ -91,6 +91,19 @@ async def label(request: Request) -> Response:
     )
 
 
+async def unlabel(request: Request) -> Response:
+    """Withdraw a ticket's correction (the ticket page's button), then back to the ticket."""
+    st = state(request)
+    form = await read_form(request)
+    st.auth.check_action(request, form.get(CSRF_FIELD))
+    ticket_id = form.get("id", "")
+    try:
+        await run_in_threadpool(st.client.unlabel, ticket_id, question_of(form.get("question")))
+    except LabelError as exc:
+        return PlainTextResponse(str(exc), status_code=422)
+    return RedirectResponse(f"/tickets/{quote(ticket_id, safe='')}", status_code=303)
+
+
 async def replay(request: Request) -> Response:
     """Replay one ticket's dead letters (by id) or all of them: the producer's requeue."""
     st = state(request)

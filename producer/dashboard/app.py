@@ -60,6 +60,7 @@ ROUTES = [
     Route("/login", actions.login, methods=["GET", "POST"]),
     Route("/logout", actions.logout, methods=["POST"]),
     Route("/actions/label", actions.label, methods=["POST"]),
+    Route("/actions/unlabel", actions.unlabel, methods=["POST"]),
     Route("/actions/replay", actions.replay, methods=["POST"]),
     Route("/healthz", pages.healthz),
     Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -73,6 +73,7 @@ def test_read_only_without_credentials(make_app, seeded: Seeded) -> None:
         refused = client.post("/actions/label", data={"id": "T-1", "label": "technical"})
         assert refused.status_code == 403 and "read-only" in refused.text
         assert client.post("/actions/replay", data={"all": "1"}).status_code == 403
+        assert client.post("/actions/unlabel", data={"id": "T-1"}).status_code == 403
 
 
 def test_actions_need_sign_in_and_csrf(make_app, seeded: Seeded, redis_url: str, prefix: str) -> None:

@@ -167,5 +167,14 @@ def test_a_tickets_own_page(make_app, seeded: Seeded, r: redis.Redis, keys: Keys
         page = client.get("/tickets/T-1").text
         assert re.search(r'billing →\s*<span class="corrected">account</span>, by dashboard:session:', page)
         assert json.loads(cast(bytes, r.hget(keys.labels, "T-1")))["was"] == "billing"
+        assert 'action="/actions/unlabel"' in page
+        withdrawn = client.post(
+            "/actions/unlabel", data={"id": "T-1", "csrf": csrf.group(1)}, follow_redirects=False
+        )
+        assert withdrawn.status_code == 303 and withdrawn.headers["location"] == "/tickets/T-1"
+        assert "Not corrected." in client.get("/tickets/T-1").text and not r.hexists(keys.labels, "T-1")
+        again = client.post("/actions/unlabel", data={"id": "T-1", "csrf": csrf.group(1)})
+        assert again.status_code == 422 and again.text == "no correction of ticket T-1"
+        assert client.post("/actions/unlabel", data={"id": "T-1"}).status_code == 403  # no CSRF token
         for listing in ("/results", "/dead"):
             assert 'href="/tickets/' in client.get(listing).text
