@@ -26,8 +26,9 @@ and ``--unlabeled FILE`` self-trains on tickets nobody labelled (:mod:`worker.en
 or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). The whole procedure is then
 cross-validated too, at the penalty the labelled tickets chose: the extras are kept only if they do not
 lower the out-of-fold accuracy, and the report prints both. With ``--from-redis`` or ``--publish`` the
-label names are learnt as without them (the publish gate refits each head with them when it learnt
-them); ``--unlabeled`` is not used there: the gate refits heads from labelled tickets and names only.
+label names and the unlabelled tickets are learnt as without them (the publish gate refits each head
+per fold with the names where it learnt them, but not the self-training: it compares the labelled
+procedures, both sides alike; the new head's self-training is checked out of fold as always).
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
@@ -137,21 +138,15 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("--corrections-only needs --from-redis")
         if store.correction_weight != 1 and not store.from_redis:
             raise DataError("--correction-weight needs --from-redis")
-        if args.unlabeled and (store.from_redis or store.publish):
-            raise DataError(
-                "--unlabeled does not combine with --from-redis or --publish: the publish gate refits "
-                "heads from labelled tickets (and label names) only"
-            )
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
         asked = task.get_question(question)
         head_data = task.head_data if asked is None else asked.head_data
-        # the flags, else the asked question's keys (label_names, unlabeled_data); the gate of
-        # --from-redis/--publish refits from labelled tickets and label names, so there unlabeled_data
-        # is not used
+        # the flags, else the asked question's keys (label_names, unlabeled_data), with --from-redis too:
+        # a head published from corrections self-trains as the head it replaces did
         declared = task if asked is None else asked
-        unlabeled = args.unlabeled or (None if store.from_redis or store.publish else declared.unlabeled_data)
+        unlabeled = args.unlabeled or declared.unlabeled_data
         free = [it.text for it in read_items(unlabeled)] if unlabeled else []
         base = args.tickets
         if store.from_redis:

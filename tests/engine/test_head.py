@@ -230,9 +230,6 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     else:
         assert f"not used: {len(head.labels)} label names; " in printed
         assert torch.equal(base.weight, head.weight)
-    capsys.readouterr()
-    assert main(["train", *flags, *extra, "--from-redis", "--out", str(tmp_path / "x")]) == 2
-    assert "--unlabeled does not combine with --from-redis" in capsys.readouterr().err
     # declared once in the task file, the keys are train's defaults
     from worker.engine.task import DEFAULT_TASK_PATH
 
@@ -480,6 +477,17 @@ def test_train_from_redis_corrections_and_publish(
     named = Head.load(tmp_path / "n.head").training
     assert named["beyond"]["label_names"] == len(published.labels) and "publish gate" in printed
     assert named["data"]["unlabeled"] is None
+    # and self-trains on unlabelled tickets as train does anywhere (it was refused: a head published from
+    # corrections lost the self-training of the head it replaced); the gate still compares both sides
+    (tmp_path / "free.csv").write_text(
+        "id,text\n" + "".join(f'u{i},"{t} (seen again)"\n' for i, t in enumerate(texts))
+    )
+    extra = ["--label-names", "--unlabeled", str(tmp_path / "free.csv")]
+    assert main(["train", *flags, "--from-redis", *extra, "--out", str(tmp_path / "u.head")]) == 0
+    printed = capsys.readouterr().out
+    free = Head.load(tmp_path / "u.head").training
+    assert free["data"]["unlabeled"] == "free.csv" and free["beyond"]["unlabeled"] == len(texts)
+    assert "publish gate" in printed and free["gate"]["candidate"] is not None
 
 
 @pytest.mark.redis
