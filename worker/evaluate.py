@@ -240,15 +240,18 @@ def fit_zero_shot(
     return ZeroShotFit(check, auto_accuracy, below, sum(c >= below for c in conf) / len(conf))
 
 
-def load_engine(command: str, options: EngineOptions, *, questions: bool = True) -> Any:
+def load_engine(
+    command: str, options: EngineOptions, *, questions: bool = True, as_worker: bool = False
+) -> Any:
     """The engine for an operator command, or its exit status after one line on stderr: 2 for a head that
-    does not fit the model or task (a configuration error), 1 for a model that cannot be loaded."""
+    does not fit the model or task (a configuration error), 1 for a model that cannot be loaded.
+    ``as_worker``: ``--dtype auto`` as the task's workers decide it (:meth:`Engine.load`)."""
     from worker.engine import Engine
     from worker.engine.head import HeadError
     from worker.engine.model import ModelError
 
     try:
-        return Engine.load(options, log=head_log(command), questions=questions)
+        return Engine.load(options, log=head_log(command), questions=questions, as_worker=as_worker)
     except (HeadError, ModelError) as exc:
         print(f"ticketq-worker {command}: {exc}", file=sys.stderr)
         return Exit.CONFIG if isinstance(exc, HeadError) else Exit.FAILED
@@ -263,7 +266,12 @@ def load_asking(command: str, options: EngineOptions, question: str) -> Any:
     from worker.engine.head import Head, HeadError
 
     own = None if options.head is None or is_no_head(options.head) else options.head
-    engine = load_engine(command, replace(options, head=NO_HEAD) if own else options, questions=own is None)
+    engine = load_engine(
+        command,
+        replace(options, head=NO_HEAD) if own else options,
+        questions=own is None,
+        as_worker=own is not None,  # the question's own head file, in the dtype the workers run
+    )
     if isinstance(engine, int):
         return engine
     try:

@@ -191,7 +191,8 @@ def run(ns: argparse.Namespace) -> int:
     from worker.engine.training import extras_features, recipe_for, train_head
     from worker.evaluate import load_engine
 
-    engine = load_engine("train", options, questions=False)
+    # features in the dtype the workers will run: auto judged as they judge it (by their heads' features)
+    engine = load_engine("train", options, questions=False, as_worker=True)
     if isinstance(engine, int):
         return engine
     engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass

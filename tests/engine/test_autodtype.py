@@ -184,6 +184,31 @@ def test_engine_load_logs_what_it_chose(
     assert len(list((tmp_path / "dtype").iterdir())) == 1
 
 
+def test_a_command_without_the_workers_heads_decides_the_dtype_as_they_do(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train (and eval of a question's head file) load no head: judged by zero-shot labels, auto chose
+    float32 on a Xeon where the workers, judged by their heads' features, chose bfloat16, so train fitted
+    heads to float32 features that the workers then read in bfloat16, and the publish gate retrained the
+    task's own head (8 minutes on the banking example) instead of finding the workers' cached one."""
+    from worker.engine.options import EngineOptions
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path))
+    before = torch.get_num_threads()
+    try:
+        worker = Engine.load(EngineOptions(model=str(tiny_dir), threads=1)).describe()
+        none = EngineOptions(model=str(tiny_dir), head="none", threads=1)
+        command = Engine.load(none, questions=False, as_worker=True)
+        assert command.head is None  # still no head: only the dtype is decided as for the workers
+        trained = command.describe()
+        zero_shot = Engine.load(none).describe()
+    finally:
+        torch.set_num_threads(before)
+    assert trained["dtype_cached"] and trained["dtype"] == worker["dtype"]  # the workers' own decision
+    assert not zero_shot["dtype_cached"]  # a zero-shot worker's is another, judged on its labels
+    assert len(list((tmp_path / "dtype").iterdir())) == 2
+
+
 def _heads_trial(dtype: str, seconds: float, error: float) -> Trial:
     return Trial(dtype, seconds, (), 0.0, error)
 

@@ -56,12 +56,17 @@ class Engine:
         log: Callable[..., None] | None = None,
         *,
         questions: bool = True,
+        as_worker: bool = False,
     ) -> Engine:
         """Load the model and the task ``options`` name: torch's threads by :mod:`.threads`' rule (or as
         set), the dtype as set or, for ``auto``, as measured on this machine (:mod:`.autodtype`); then the
         head they select (:func:`.training.resolve_head`; HeadError if it does not fit). ``log(event,
         **fields)`` hears of a head being trained or taken from the cache. ``questions``: also load (or
-        train) the heads of the task's further questions (``train`` needs none of them)."""
+        train) the heads of the task's further questions (``train`` needs none of them). ``as_worker``:
+        judge ``auto`` as a worker running the task with its own heads would, whatever head these options
+        name: a command that loads no head or another file (``train``, ``eval --question Q --head FILE``)
+        then trains and checks heads in the dtype the workers run (with ``--head none`` a task whose
+        heads decide was judged by zero-shot labels: float32 where workers chose bfloat16)."""
         from . import autodtype, threads
 
         opts = options or EngineOptions()
@@ -74,7 +79,7 @@ class Engine:
             dtype=opts.dtype,
             device=opts.device,
             # judged as the worker runs the task (every question), so its commands decide alike
-            recipes=lambda n_layers: planned_recipes(task, opts.head, n_layers),
+            recipes=lambda n_layers: planned_recipes(task, None if as_worker else opts.head, n_layers),
         )
         engine = cls(loaded, task, opts)
         engine.startup = {
