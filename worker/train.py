@@ -368,6 +368,9 @@ def _gate(
         )
     except ValueError as exc:
         return unjudged(name, str(exc))
+    lost = gate.self_training_lost(current.training, head.training)
+    if lost:
+        comparison = replace(comparison, reasons=[*comparison.reasons, lost])
     if comparison.refused and force:
         comparison = replace(comparison, forced=True)
     return comparison

@@ -488,6 +488,14 @@ def test_train_from_redis_corrections_and_publish(
     free = Head.load(tmp_path / "u.head").training
     assert free["data"]["unlabeled"] == "free.csv" and free["beyond"]["unlabeled"] == len(texts)
     assert "publish gate" in printed and free["gate"]["candidate"] is not None
+    # a head in use that self-trained is not compared like for like with a candidate that did not: refused
+    in_use = Head.load(tmp_path / "u.head")
+    in_use.training["beyond"] = {**in_use.training["beyond"], "used": True}  # as a real model keeps them
+    Client(r, prefix).publish_head(in_use.to_bytes())
+    assert main(["train", *flags, "--from-redis", "--publish"]) == 7
+    captured = capsys.readouterr()
+    assert f"self-trained on {len(texts)} unlabelled tickets" in captured.out and "not published" in captured.err
+    assert main(["train", *flags, "--from-redis", *extra, "--publish"]) == 0  # offered them: judged
 
 
 @pytest.mark.redis
