@@ -494,7 +494,8 @@ def test_train_from_redis_corrections_and_publish(
     Client(r, prefix).publish_head(in_use.to_bytes())
     assert main(["train", *flags, "--from-redis", "--publish"]) == 7
     captured = capsys.readouterr()
-    assert f"self-trained on {len(texts)} unlabelled tickets" in captured.out and "not published" in captured.err
+    assert f"self-trained on {len(texts)} unlabelled tickets" in captured.out
+    assert "not published" in captured.err
     assert main(["train", *flags, "--from-redis", *extra, "--publish"]) == 0  # offered them: judged
 
 
