@@ -49,6 +49,12 @@ DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (
 _DEAD_FIRST_CHUNK = 16  # letters in the scan's first read; the next reads are sized by the bytes left
 
 
+def as_text(raw: bytes | str) -> str:
+    """A Redis reply (bytes, or str on a decoding connection) as text; bytes that are not UTF-8 are
+    replaced, never raised on."""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
 class LabelError(ValueError):
     """A correction that was refused: unknown ticket, its text no longer kept, or a label it cannot have."""
 
@@ -362,10 +368,7 @@ class Client:
         id). One EVAL of ``producer/unlabel.lua``. :class:`LabelError` when there is none, or for a question
         no worker has published."""
         if question is not None and not self.redis.sismember(self.keys.questions, question):
-            known = sorted(
-                q.decode() if isinstance(q, bytes) else str(q)
-                for q in self.redis.smembers(self.keys.questions)
-            )
+            known = sorted(as_text(q) for q in self.redis.smembers(self.keys.questions))
             listed = ", ".join(known) or "none published: workers publish their task's questions at start"
             raise LabelError(f"unknown question {question} (questions: {listed})")
         raw = self._unlabel(keys=[self.keys.asking(question).labels], args=[ticket_id])
@@ -380,7 +383,7 @@ class Client:
     def correction_records(self, question: str | None = None) -> Iterator[Correction]:
         """Every recorded correction of ``question`` (None: the primary); a malformed record is skipped."""
         for raw_id, raw in self.redis.hscan_iter(self.keys.asking(question).labels, count=500):
-            tid = raw_id.decode("utf-8", "replace") if isinstance(raw_id, bytes) else str(raw_id)
+            tid = as_text(raw_id)
             try:
                 yield Correction.from_json(tid, raw)
             except (ValueError, TypeError):

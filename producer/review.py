@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from producer.client import Client
+from producer.client import Client, as_text
 from producer.protocol import Result
 from producer.strictjson import finite_number
 
@@ -87,7 +87,7 @@ def queue(client: Client, limit: int = 100, offset: int = 0, question: str | Non
     result and text."""
     r, keys = client.redis, client.keys
     key = keys.asking(question).review
-    ids = [_str(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
+    ids = [as_text(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
     if not ids:
         return []
     with r.pipeline(transaction=False) as pipe:
@@ -101,7 +101,7 @@ def queue(client: Client, limit: int = 100, offset: int = 0, question: str | Non
             result = None if raw is None else Result.from_json(raw)
         except (ValueError, KeyError, TypeError):
             result = None
-        kept = None if text is None else _str(text)
+        kept = None if text is None else as_text(text)
         out.append(ReviewItem(tid, float(score or 0.0), result, kept, question))
     return out
 
@@ -112,12 +112,8 @@ def summary(
     """(tickets waiting for review on ``question``, age in seconds of the oldest result among them, or
     None)."""
     r, keys = client.redis, client.keys
-    ids = [_str(i) for i in r.zrange(keys.asking(question).review, 0, -1)]  # type: ignore[arg-type]
+    ids = [as_text(i) for i in r.zrange(keys.asking(question).review, 0, -1)]  # type: ignore[arg-type]
     if not ids:
         return 0, None
     times = [t for t in r.zmscore(keys.done, ids) if t is not None]
     return len(ids), (max(0.0, (now or time.time()) - min(times)) if times else None)
-
-
-def _str(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

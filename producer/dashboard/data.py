@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
-from producer.client import Client
+from producer.client import Client, as_text
 from producer.learning import Correction
 from producer.protocol import DeadLetter, Result
 
@@ -25,10 +25,6 @@ PAGE_BYTES = 1 << 20  # result bytes a page reads at most (a result is under ~70
 LIST_TEXT_CHARS = 300  # of a ticket's text in a list; whole on its own page
 LIST_FIELDS_CHARS = 200  # of a result's ``fields`` (as JSON) in a list; whole on the ticket's page
 EXCERPT_CHARS = 300  # of a dead letter's payload
-
-
-def as_text(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from producer.client import Client
-from producer.dashboard.data import as_text
+from producer.client import Client, as_text
 from producer.learning import head_metadata
 from producer.protocol import Result
 

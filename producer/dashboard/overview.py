@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from producer import review
-from producer.client import Client
-from producer.dashboard.data import as_text
+from producer.client import Client, as_text
 from producer.protocol import Result
 from producer.strictjson import finite_number
 
