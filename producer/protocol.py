@@ -93,6 +93,7 @@ from producer.strictjson import (
     check_id_chars,
     clean,
     dumps_strict,
+    finite_number,
     loads_strict,
 )
 
@@ -502,7 +503,7 @@ class DeadLetter:
             reason=str(obj.get("reason", "")),
             payload=payload,
             worker=str(obj.get("worker", "")),
-            at=float(obj.get("at", 0.0)),
+            at=finite_number(obj.get("at")) or 0.0,  # never raises: a 400-digit integer is JSON too
             id=ticket_id if isinstance(ticket_id, str) else None,
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             payload_bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,

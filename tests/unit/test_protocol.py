@@ -297,3 +297,16 @@ def test_stage_writes_every_answer_on_the_result() -> None:
     lenient = {"q": Threshold(0.7, "test")}  # at the threshold is not below it
     (sure,) = process([b'{"id": "1", "text": "hi"}'], Asking(), "w", question_review=lenient).finished
     assert "review" not in json.loads(sure.result.to_json())["answers"]["q"]
+
+
+def test_a_dead_letter_with_an_absurd_time_still_reads() -> None:
+    """P:dead is read by wait, the dead command and the dashboard: a letter whose "at" is a 400-digit
+    integer (valid JSON; float() of it raises OverflowError, which their ValueError handlers miss) reads
+    with no time instead of raising."""
+    from producer.protocol import DeadLetter
+
+    for at in ("1" + "0" * 400, "1e999", '"soon"', "null"):
+        raw = '{"reason": "not JSON: x", "payload": "{", "id": "T-1", "at": ' + at + "}"
+        letter = DeadLetter.from_json(raw)
+        assert (letter.id, letter.reason, letter.at) == ("T-1", "not JSON: x", 0.0)
+    assert DeadLetter.from_json('{"reason": "r", "payload": "p", "at": 12.5}').at == 12.5
