@@ -299,10 +299,7 @@ class Client:
             for raw in chunk:
                 left -= len(raw)
                 largest = max(largest, len(raw))
-                try:
-                    letter = DeadLetter.from_json(raw)
-                except (ValueError, TypeError):
-                    continue
+                letter = DeadLetter.read(raw)  # an unreadable entry has no id: passed over
                 if letter.id not in ids or letter.id in found:
                     continue
                 if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
@@ -314,8 +311,8 @@ class Client:
         return found
 
     def dead(self, limit: int = 20) -> list[DeadLetter]:
-        """The newest dead letters first."""
-        return [DeadLetter.from_json(r) for r in self.redis.lrange(self.keys.dead, 0, max(limit, 1) - 1)]
+        """The newest dead letters first (an entry that is not a letter reads as one: DeadLetter.read)."""
+        return [DeadLetter.read(r) for r in self.redis.lrange(self.keys.dead, 0, max(limit, 1) - 1)]
 
     def stats(self) -> Stats:
         with self.redis.pipeline(transaction=False) as pipe:
@@ -324,7 +321,7 @@ class Client:
             pipe.llen(self.keys.dead)
             pipe.smembers(self.keys.workers)
             waiting, done, dead, members = pipe.execute()
-        ids = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        ids = sorted(as_text(m) for m in members)
         with self.redis.pipeline(transaction=False) as pipe:
             for wid in ids:
                 pipe.get(self.keys.heartbeat(wid))

@@ -417,6 +417,9 @@ def _cut(text: str, most: int) -> str:
     return text if len(text) <= most else text[: most - 1] + "\u2026"
 
 
+UNREADABLE_LETTER = "unreadable dead letter"  # the reason a P:dead entry that is not a letter reads with
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """What a worker pushes to ``P:dead``: the original payload and why it was rejected.
@@ -489,7 +492,10 @@ class DeadLetter:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> DeadLetter:
+        """ValueError or TypeError for a record that is not a letter; :meth:`read` never raises."""
         obj = json.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError(f"a dead letter is a JSON object, not {type(obj).__name__}")
         if "payload_b64" in obj:
             import base64
 
@@ -508,6 +514,17 @@ class DeadLetter:
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             payload_bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
         )
+
+    @classmethod
+    def read(cls, raw: bytes | str) -> DeadLetter:
+        """A ``P:dead`` entry as a letter, never raising: one that is not a letter (written by hand or by
+        another tool under the prefix) reads as :data:`UNREADABLE_LETTER`, the entry as its payload, so
+        one bad entry cannot break ``dead``, ``push --wait`` or the dashboard."""
+        try:
+            return cls.from_json(raw)
+        except (ValueError, TypeError, RecursionError):
+            data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
+            return cls(reason=UNREADABLE_LETTER, payload=data)
 
 
 def peek_id(raw: bytes | str) -> str | None:

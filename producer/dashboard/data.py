@@ -273,12 +273,5 @@ DEAD_ROWS = 50  # dead letters per page (each at most MAX_LETTER_BYTES, 96 KiB: 
 
 def dead_page(client: Client, start: int = 0, limit: int = DEAD_ROWS) -> list[DeadRow]:
     """Dead letters ``start`` .. ``start + limit - 1``, newest first."""
-    rows = []
-    for raw in client.redis.lrange(client.keys.dead, start, start + max(limit, 1) - 1):
-        raw_bytes = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
-        try:
-            letter = DeadLetter.from_json(raw_bytes)
-        except (ValueError, TypeError):
-            letter = DeadLetter(reason="unreadable dead letter", payload=raw_bytes)
-        rows.append(DeadRow(letter=letter))
-    return rows
+    entries = client.redis.lrange(client.keys.dead, start, start + max(limit, 1) - 1)
+    return [DeadRow(letter=DeadLetter.read(raw)) for raw in entries]

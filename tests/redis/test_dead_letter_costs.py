@@ -14,7 +14,15 @@ import redis
 
 from producer import dead as dead_module
 from producer.client import DEAD_SCAN_BYTES, Client, Waited
-from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, Event, Keys, Result, payload_digest
+from producer.protocol import (
+    MAX_PAYLOAD_BYTES,
+    UNREADABLE_LETTER,
+    DeadLetter,
+    Event,
+    Keys,
+    Result,
+    payload_digest,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -177,4 +185,21 @@ def test_wait_takes_a_dead_event_that_names_its_payload_and_one_from_an_older_wo
     assert box[0].dead == {
         "T-1": "control character U+0001 in text",
         "T-2": "control character U+0001 in text",
+    }
+
+
+def test_entries_of_p_dead_that_are_not_letters_break_no_reader(r: redis.Redis, keys: Keys) -> None:
+    """Found by hand: a P:dead entry that is not JSON made ``Client.dead`` (the ``dead`` command) raise,
+    one that is a JSON list made ``wait`` raise (AttributeError); each now reads as an "unreadable dead
+    letter" (wait passes it over), and the letters around it read as before."""
+    mine = b'{"id": "T-1", "text": "   "}'
+    r.lpush(keys.dead, DeadLetter("empty field: text", mine, id="T-1").to_json())
+    bad = ["not json", "[]", '"a string"', "[" * 5000 + "]" * 5000, '{"payload_b64": 5}']
+    r.lpush(keys.dead, *bad)
+    c = Client(r, keys.prefix)
+    letters = c.dead(10)
+    assert [x.reason for x in letters] == [UNREADABLE_LETTER] * len(bad) + ["empty field: text"]
+    assert [x.payload for x in letters[: len(bad)]] == [b.encode() for b in reversed(bad)]
+    assert c.wait(["T-1"], timeout=0.2, digests={"T-1": payload_digest(mine)}).dead == {
+        "T-1": "empty field: text"
     }
