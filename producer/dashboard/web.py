@@ -77,7 +77,7 @@ def make_templates() -> Jinja2Templates:
     templates = Jinja2Templates(env=env)
     templates.env.filters["age"] = age
     templates.env.filters["pct"] = lambda v: f"{100 * v:.0f}%"
-    templates.env.filters["when"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t)) if t else ""
+    templates.env.filters["when"] = when
     return templates
 
 
@@ -137,6 +137,17 @@ def question_of(value: str | None) -> str | None:
 def client_of(request: Request) -> str:
     """The address sign-in failures are counted against (the real client's, behind a trusted proxy)."""
     return request.client.host if request.client else "unknown"
+
+
+def when(t: float | None) -> str:
+    """A record's time of day ("" without one; "–" for a time no clock reads, e.g. 1e308 in a letter
+    written by hand, which made ``localtime`` raise and the whole page a 500)."""
+    if not t:
+        return ""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return "–"
 
 
 def age(seconds: float | None) -> str:

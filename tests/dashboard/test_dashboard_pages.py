@@ -178,3 +178,18 @@ def test_a_tickets_own_page(make_app, seeded: Seeded, r: redis.Redis, keys: Keys
         assert client.post("/actions/unlabel", data={"id": "T-1"}).status_code == 403  # no CSRF token
         for listing in ("/results", "/dead"):
             assert 'href="/tickets/' in client.get(listing).text
+
+
+def test_the_dead_page_shows_entries_no_clock_or_decoder_reads(make_app, r: redis.Redis, keys: Keys) -> None:
+    """Found by hand: a letter whose "at" is 1e308 made the whole dead page a 500 (localtime overflows);
+    entries that are not letters at all show as unreadable."""
+    r.lpush(
+        keys.dead,
+        '{"reason": "not JSON: x", "payload": "{", "at": 1e308}',
+        "[]",
+        '{"reason": "r", "at": -1e308}',
+    )
+    with TestClient(make_app()) as client:
+        page = client.get("/dead")
+        assert page.status_code == 200, page.text
+        assert "not JSON: x" in page.text and "unreadable dead letter" in page.text
