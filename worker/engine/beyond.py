@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .fit import fit_at, row_weights
+from .fit import JUDGE_DTYPE, fit_at, row_weights
 
 # The share of the unlabelled tickets kept in each round, the most confident ones. Chosen on Banking77's
 # train split alone (10 labelled rows per intent, 2,000 other train rows scoring, five seeded draws):
@@ -79,12 +79,14 @@ def refit(
     row_weight: Sequence[float] | None = None,
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """The head's (weight, bias) fitted at ``l2`` on the labelled rows plus the extras, and what was added.
 
     ``first``: the labelled-only fit (used as is when only ``unlabeled`` is given); ``names``: feature rows of
     the classes' names, one or more per class, laid out as :func:`name_texts` lays them out; ``unlabeled``:
-    features of tickets without labels."""
+    features of tickets without labels; ``dtype``: what the fits compute in (:data:`.fit.JUDGE_DTYPE` for a
+    head that is only judged)."""
     rows, targets = [x], list(y)
     weights = [1.0] * len(targets) if row_weight is None else [float(w) for w in row_weight]
     info: dict[str, Any] = {}
@@ -98,7 +100,7 @@ def refit(
         info["name_rows"] = len(named)
     known = torch.cat(rows)
     if names is not None:
-        weight, bias = fit_at(known, targets, classes, l2, weights)
+        weight, bias = fit_at(known, targets, classes, l2, weights, dtype)
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
         for keep in KEEP:
@@ -111,6 +113,7 @@ def refit(
                 classes,
                 l2,
                 weights + [PSEUDO_WEIGHT] * n,
+                dtype,
             )
         info.update(unlabeled=len(free), pseudo_labelled=n, rounds=len(KEEP), pseudo_weight=PSEUDO_WEIGHT)
     return weight, bias, info
@@ -141,9 +144,17 @@ def cross_refit(
         rows = train.nonzero().flatten().tolist()
         sub_y = [target[i] for i in rows]
         sub_w = None if weight is None else weight[train].tolist()
-        first = fit_at(x[train], sub_y, classes, l2, sub_w)
+        first = fit_at(x[train], sub_y, classes, l2, sub_w, JUDGE_DTYPE)
         w, b, _ = refit(
-            x[train], sub_y, classes, l2, first=first, row_weight=sub_w, names=names, unlabeled=unlabeled
+            x[train],
+            sub_y,
+            classes,
+            l2,
+            first=first,
+            row_weight=sub_w,
+            names=names,
+            unlabeled=unlabeled,
+            dtype=JUDGE_DTYPE,
         )
         logits[test] = x[test].float() @ w.T + b
         if progress:

@@ -1,0 +1,64 @@
+"""fit's judging fits: float32, each penalty warm-started from the next stronger one's solution, must reach
+what a cold float64 fit at that penalty reaches (the head that ships is still fitted cold, in float64)."""
+
+from __future__ import annotations
+
+import torch
+
+from worker.engine.fit import L2_GRID, _path, _standardize, _train, fit, stratified_folds
+
+
+def overlapping(n: int = 40, classes: int = 6, d: int = 24, seed: int = 0) -> tuple[torch.Tensor, list[int]]:
+    """Classes whose clusters overlap (so the penalty matters), in features of very different scales."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(classes, d, generator=gen, dtype=torch.float64) * 1.2
+    scale = torch.logspace(-2, 2, d, dtype=torch.float64)
+    x = torch.cat([(c + torch.randn(n, d, generator=gen, dtype=torch.float64)) * scale for c in centres])
+    return x, [c for c in range(classes) for _ in range(n)]
+
+
+def objective(x: torch.Tensor, y: torch.Tensor, l2: float, w: torch.Tensor, b: torch.Tensor) -> float:
+    """What _fit minimises, for raw-feature weights: the penalty is on the standardized weights."""
+    _, std = _standardize(x)
+    nll = torch.nn.functional.cross_entropy(x @ w.T + b, y)
+    return float(nll + l2 * ((w * std) ** 2).sum())
+
+
+def test_each_warm_started_float32_fit_reaches_the_cold_float64_optimum() -> None:
+    x, labels = overlapping()
+    y = torch.tensor(labels)
+    held_x, _ = overlapping(seed=1)
+    path = _path(x, y, 6, L2_GRID, None, torch.float32)
+    assert sorted(path) == sorted(L2_GRID)
+    for l2 in L2_GRID:
+        w, b = path[l2]
+        w64, b64 = _train(x, y, 6, l2)
+        assert w.dtype == torch.float64
+        cold, warm = objective(x, y, l2, w64, b64), objective(x, y, l2, w, b)
+        assert abs(warm - cold) <= 1e-4 * cold + 1e-6, (l2, warm, cold)
+        agree = ((held_x @ w.T + b).argmax(1) == (held_x @ w64.T + b64).argmax(1)).double().mean()
+        assert float(agree) >= 0.99, (l2, float(agree))
+
+
+def test_cross_validation_chooses_as_cold_float64_fits_would() -> None:
+    x, labels = overlapping(n=30)
+    y = torch.tensor(labels)
+    got = fit(x, labels, 6, seed=3)
+    fold = torch.tensor(stratified_folds(labels, 5, 3))
+    for l2 in L2_GRID:
+        right = 0
+        for f in range(5):
+            w, b = _train(x[fold != f], y[fold != f], 6, l2)
+            right += int(((x[fold == f] @ w.T + b).argmax(1) == y[fold == f]).sum())
+        assert abs(got.cv_by_l2[l2] - right / len(labels)) <= 2 / len(labels), l2
+    assert got.cv_logits is not None and got.cv_logits.shape == (len(labels), 6)
+    assert got.weight.shape == (6, x.shape[1])
+
+
+def test_progress_counts_every_fit() -> None:
+    x, labels = overlapping(n=20)
+    seen: list[tuple[int, int]] = []
+    fit(x, labels, 6, progress=lambda done, total: seen.append((done, total)))
+    total = len(L2_GRID) * 5 + 1
+    assert [d for d, _ in seen] == list(range(1, total + 1))
+    assert {t for _, t in seen} == {total}
