@@ -524,7 +524,7 @@ class DeadLetter:
             return cls.from_json(raw)
         except (ValueError, TypeError, RecursionError):
             data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass")
-            return cls(reason=UNREADABLE_LETTER, payload=data)
+            return cls(reason=UNREADABLE_LETTER, payload=data, at=0.0)  # no time: not the reader's clock
 
 
 def peek_id(raw: bytes | str) -> str | None:

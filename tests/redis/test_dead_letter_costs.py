@@ -200,6 +200,7 @@ def test_entries_of_p_dead_that_are_not_letters_break_no_reader(r: redis.Redis, 
     letters = c.dead(10)
     assert [x.reason for x in letters] == [UNREADABLE_LETTER] * len(bad) + ["empty field: text"]
     assert [x.payload for x in letters[: len(bad)]] == [b.encode() for b in reversed(bad)]
+    assert [x.at for x in letters[: len(bad)]] == [0.0] * len(bad)  # no time is made up for them
     assert c.wait(["T-1"], timeout=0.2, digests={"T-1": payload_digest(mine)}).dead == {
         "T-1": "empty field: text"
     }
