@@ -13,7 +13,9 @@ from collections import defaultdict
 
 import torch
 
+from worker.engine import chars
 from worker.engine.fit import _train, fit
+from worker.engine.recipe import CHARS
 
 RECIPES: dict[str, list[tuple[str, int]]] = {
     "L10 mean (today)": [("mean", 10)],
@@ -28,7 +30,14 @@ RECIPES: dict[str, list[tuple[str, int]]] = {
 
 
 def features(data: dict, parts: list[tuple[str, int]]) -> torch.Tensor:
-    return torch.cat([data["features"][p][:, layer - 1].float() for p, layer in parts], 1).double()
+    """The parts' cached features side by side; ``chars`` computed from the file's texts."""
+    return torch.cat(
+        [
+            chars.features(data["texts"]) if p == CHARS else data["features"][p][:, layer - 1].float()
+            for p, layer in parts
+        ],
+        1,
+    ).double()
 
 
 def accuracy(x, y, w, b) -> float:

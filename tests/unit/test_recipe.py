@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.engine.recipe import ECHO, FINE, LAST, MAX, MEAN, Part, Recipe
+from worker.engine.recipe import CHARS, CHARS_WIDTH, ECHO, FINE, LAST, MAX, MEAN, Part, Recipe
 from worker.engine.task import TaskError, load_task
 
 RICH = "8:mean,12:mean,8:max,12:max"
@@ -30,9 +30,22 @@ def test_text_form_parts_in_order_and_bare_layers_mean_pooled() -> None:
     assert Recipe.from_dict(echo.to_dict()) == echo
 
 
+def test_chars_is_a_last_part_without_a_layer() -> None:
+    r = Recipe.parse(RICH + ",chars")
+    assert r.parts[-1] == Part(0, CHARS) and r.chars and r.model_parts == Recipe.parse(RICH).parts
+    assert r.layers == (8, 12) and r.width(576) == 4 * 576 + CHARS_WIDTH and not r.echo
+    assert str(r) == RICH + ",chars" and Recipe.parse(str(r)) == r
+    assert r.to_dict()["parts"][-1] == [0, "chars"] and Recipe.from_dict(r.to_dict()) == r
+    assert not Recipe.parse(RICH).chars
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        ("chars", "a recipe needs a part the model computes"),
+        ("chars,8:mean", "chars comes last in a recipe"),
+        ("8:chars", "chars reads the text, no layer: write 'chars'"),
+        ("8:mean,chars,chars", "chars appears more than once"),
         ("", "'' is not LAYER or LAYER:POOL"),
         ("8:avg", "unknown pooling 'avg'; use mean, max, last, echo"),
         ("0:mean", "at least 1"),
@@ -76,6 +89,10 @@ def test_the_dict_keeps_the_one_part_form_heads_were_written_with() -> None:
         {"parts": [[8, "mean", 1]]},
         {"parts": "8:mean"},
         {"parts": [[8, "mean"], [8, "mean"]]},
+        {"parts": [[0, "chars"]]},
+        {"parts": [[8, "mean"], [8, "chars"]]},
+        {"parts": [[8, "mean"], [False, "chars"]]},
+        {"parts": [[0, "chars"], [8, "mean"]]},
     ],
 )
 def test_malformed_dicts_are_refused(data: object) -> None:
@@ -148,7 +165,7 @@ def test_train_refuses_a_bad_recipe_flag_before_loading_a_model(
     argv = ["train", "--tickets", str(tmp_path / "t.csv"), "--out", str(tmp_path / "h"), "--recipe", "8:avg"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert (
-        err
-        == "ticketq-worker train: recipe: recipe '8:avg': unknown pooling 'avg'; use mean, max, last, echo\n"
+    assert err == (
+        "ticketq-worker train: recipe: recipe '8:avg': "
+        "unknown pooling 'avg'; use mean, max, last, echo, chars\n"
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from . import chars
 from . import features as feats
 from .decide import decide
 from .head import Head, HeadError, Identity, digest
@@ -281,8 +282,10 @@ class Engine:
                 progress(plan.items)
             return out
 
-        width = recipe.width(int(self.loaded.model.config.hidden_size))
-        return self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
+        hidden = int(self.loaded.model.config.hidden_size)
+        width = recipe.width(hidden) - (chars.WIDTH if recipe.chars else 0)
+        x, stats = self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
+        return with_chars(x, recipe, texts), stats
 
     def features_many(
         self,
@@ -301,9 +304,10 @@ class Engine:
             return torch.cat(feats.extract_many(self.scorer, sfx, plan, unique, after, echo), dim=1)
 
         hidden = int(self.loaded.model.config.hidden_size)
-        widths = [r.width(hidden) for r in unique]
+        widths = [r.width(hidden) - (chars.WIDTH if r.chars else 0) for r in unique]
         x, stats = self._passes(suffixes, [len(s) for s in suffixes], sum(widths), run, on_pass)
-        parts = x.split(widths, dim=1)
+        text = chars.features(texts) if any(r.chars for r in unique) else None
+        parts = [with_chars(p, r, texts, text) for p, r in zip(x.split(widths, dim=1), unique, strict=True)]
         return [parts[unique.index(r)] for r in recipes], stats
 
     def suffixes(self, texts: Sequence[str], *, echo: bool = False) -> tuple[list[list[int]], int | None]:
@@ -382,6 +386,16 @@ class Engine:
         return [
             replace(p, answers={q: a[i] for q, a in answers.items()}) for i, p in enumerate(primary)
         ], stats
+
+
+def with_chars(
+    x: torch.Tensor, recipe: Recipe, texts: Sequence[str], text: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The pass's features of a recipe, followed by the texts' character n-grams when it ends in
+    ``chars`` (``text``: those already computed, else computed here)."""
+    if not recipe.chars:
+        return x
+    return torch.cat([x, chars.features(texts) if text is None else text], dim=1)
 
 
 def head_logprobs(head: Head, features: torch.Tensor) -> torch.Tensor:

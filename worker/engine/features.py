@@ -147,7 +147,8 @@ def extract_many(
     echo: int | None = None,
 ) -> list[torch.Tensor]:
     """Per recipe, (items in plan order, parts * d) features from one pass: its parts' pooled states
-    side by side, in the recipe's order. ``after``: hand-over tokens after each ticket; ``echo``: the
+    side by side, in the recipe's order (the parts the model computes: ``chars`` is the engine's, from
+    the texts). ``after``: hand-over tokens after each ticket; ``echo``: the
     echo text's tokens when the suffixes read each ticket twice (ValueError if a recipe needs it and it
     is None)."""
     if echo is None and any(r.echo for r in recipes):
@@ -156,9 +157,9 @@ def extract_many(
     order = [i for row in plan.rows for i in row]
     at = readings(ends, [len(suffixes[i]) for i in order], after, echo)
     pooled: dict[Part, torch.Tensor] = {}
-    for part in {p for r in recipes for p in r.parts}:
+    for part in {p for r in recipes for p in r.model_parts}:
         pooled[part] = pool(states[part.layer], at, len(order), part.pool)
-    return [torch.cat([pooled[p] for p in r.parts], dim=1) for r in recipes]
+    return [torch.cat([pooled[p] for p in r.model_parts], dim=1) for r in recipes]
 
 
 def extract(

@@ -12,6 +12,10 @@ ticket`` and averages the second reading, where every token has seen the whole t
 2024, "Repetition Improves Language Model Embeddings"). The other parts read the first reading as
 before, so their features are unchanged; the pass costs about twice the ticket tokens (docs/head.md).
 
+``chars`` reads no layer: the ticket's character n-grams, hashed into :data:`CHARS_WIDTH` features
+(:mod:`.chars`), computed from its text beside the pass. It comes last in a recipe (``"8:mean,12:max,chars"``)
+and is stored as ``[0, "chars"]``; a recipe needs at least one part the model computes.
+
 Three forms of the same recipe: the object; the text a flag or a task file gives (``"8:mean,12:max"``,
 ``"10"`` = ``"10:mean"``); the dict a head file stores. A one-part recipe keeps the dict form heads were
 written with before recipes had parts (``{"layer": 10, "pool": "mean"}``), so their files load and their
@@ -29,16 +33,18 @@ MEAN = "mean"
 MAX = "max"
 LAST = "last"
 ECHO = "echo"  # the mean over the ticket's second reading
-POOLS = (MEAN, MAX, LAST, ECHO)
+CHARS = "chars"  # the ticket's character n-grams (layer 0: no layer; .chars)
+POOLS = (MEAN, MAX, LAST, ECHO, CHARS)
+CHARS_WIDTH = 1024  # features a chars part gives (.chars)
 FINE = 10  # labels from which a question's default recipe is the richer one (Recipe.default)
 
 
 class Part(NamedTuple):
-    layer: int  # after this many decoder layers
-    pool: str  # MEAN, MAX, LAST or ECHO
+    layer: int  # after this many decoder layers (0 for CHARS, which reads the text)
+    pool: str  # MEAN, MAX, LAST, ECHO or CHARS
 
     def __str__(self) -> str:
-        return f"{self.layer}:{self.pool}"
+        return CHARS if self.pool == CHARS else f"{self.layer}:{self.pool}"
 
 
 @dataclass(frozen=True)
@@ -57,14 +63,21 @@ class Recipe:
             if not isinstance(part, tuple) or len(part) != 2:
                 raise ValueError(f"a recipe part is a layer and a pooling, got {part!r}")
             layer, pool = part
-            if isinstance(layer, bool) or not isinstance(layer, int) or layer < 1:
-                raise ValueError(f"a feature layer is a whole number of at least 1, got {layer!r}")
             if pool not in POOLS:
                 raise ValueError(f"unknown pooling {pool!r}; use {', '.join(POOLS)}")
+            if pool == CHARS:
+                if isinstance(layer, bool) or layer != 0:
+                    raise ValueError(f"chars reads the text, no layer: stored as [0, 'chars'], got {layer!r}")
+            elif isinstance(layer, bool) or not isinstance(layer, int) or layer < 1:
+                raise ValueError(f"a feature layer is a whole number of at least 1, got {layer!r}")
             parts.append(Part(layer, pool))
         seen = {p for p in parts if parts.count(p) > 1}
         if seen:
             raise ValueError(f"each part once: {', '.join(sorted(map(str, seen)))} appears more than once")
+        if all(p.pool == CHARS for p in parts):
+            raise ValueError("a recipe needs a part the model computes (LAYER:POOL); chars adds to them")
+        if any(p.pool == CHARS for p in parts[:-1]):
+            raise ValueError("chars comes last in a recipe")
         object.__setattr__(self, "parts", tuple(parts))
 
     @classmethod
@@ -86,7 +99,17 @@ class Recipe:
     @property
     def layers(self) -> tuple[int, ...]:
         """The distinct layers read, shallowest first; the pass stops after the last."""
-        return tuple(sorted({p.layer for p in self.parts}))
+        return tuple(sorted({p.layer for p in self.model_parts}))
+
+    @property
+    def model_parts(self) -> tuple[Part, ...]:
+        """The parts the pass computes, in order (all but ``chars``)."""
+        return tuple(p for p in self.parts if p.pool != CHARS)
+
+    @property
+    def chars(self) -> bool:
+        """Whether the recipe ends with the ticket's character n-grams."""
+        return self.parts[-1].pool == CHARS
 
     @property
     def echo(self) -> bool:
@@ -94,8 +117,9 @@ class Recipe:
         return any(p.pool == ECHO for p in self.parts)
 
     def width(self, hidden_size: int) -> int:
-        """How many features a ticket gets: one hidden state per part."""
-        return hidden_size * len(self.parts)
+        """How many features a ticket gets: one hidden state per part the model computes, then
+        :data:`CHARS_WIDTH` for ``chars``."""
+        return hidden_size * len(self.model_parts) + (CHARS_WIDTH if self.chars else 0)
 
     def check(self, n_layers: int) -> None:
         """ValueError unless a model of ``n_layers`` decoder layers has every layer this recipe reads."""
@@ -107,13 +131,19 @@ class Recipe:
 
     @classmethod
     def parse(cls, text: str) -> Recipe:
-        """``"8:mean,12:mean,8:max"`` (a bare layer is mean-pooled: ``"10"`` = ``"10:mean"``)."""
+        """``"8:mean,12:mean,8:max"`` (a bare layer is mean-pooled: ``"10"`` = ``"10:mean"``; ``chars``
+        stands alone)."""
         if not isinstance(text, str):
             raise ValueError(f"a recipe is text like '8:mean,12:max', got {text!r}")
         parts = []
         for item in text.split(","):
+            if item.strip() == CHARS:
+                parts.append(Part(0, CHARS))
+                continue
             layer, sep, pool = item.strip().partition(":")
             layer, pool = layer.strip(), pool.strip() if sep else MEAN
+            if pool == CHARS:
+                raise ValueError(f"recipe {text!r}: chars reads the text, no layer: write 'chars'")
             if not (layer.isascii() and layer.isdigit()):
                 raise ValueError(f"recipe {text!r}: {item.strip()!r} is not LAYER or LAYER:POOL")
             parts.append(Part(int(layer), pool))

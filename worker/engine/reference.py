@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from . import chars
 from .prompt import ECHO_TEXT, Prompt, render
-from .recipe import ECHO, LAST, MAX, Recipe
+from .recipe import CHARS, ECHO, LAST, MAX, Recipe
 from .task import CONTENT_FREE, Task
 
 
@@ -86,6 +87,9 @@ class ReferenceScorer:
             again = (read.hidden_states, own if own > 0 else len(self.prompt.echo_ids))
         parts = []
         for part in recipe.parts:
+            if part.pool == CHARS:  # the text's, not the model's (.chars)
+                parts.append(chars.vector(text))
+                continue
             hidden = out.hidden_states[part.layer][0].float()
             if part.pool == ECHO:
                 assert again is not None
