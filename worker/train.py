@@ -13,7 +13,7 @@ file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in
 ``--question NAME`` trains the head of one of the task's further questions (``[questions.NAME]``) on
 the task's own prompt, with that question's labels; name the file in the question's table (``head``).
 
-    ticketq-worker train --tickets labelled.csv --recipe 8:mean,12:mean,8:max,12:max --out rich.head
+    ticketq-worker train --tickets labelled.csv --recipe 8:mean,12:mean,8:max,12:max,chars --out rich.head
 
 ``--recipe`` says which hidden states the head reads (:mod:`worker.engine.recipe`); without it, the
 task's ``recipe`` (the question's, with ``--question``), else the default. The file records it.
@@ -78,9 +78,10 @@ class TrainOptions:
         None,
         help="the hidden states the head reads: LAYER:POOL parts, comma-separated, concatenated in that "
         "order (POOL mean, max, last, or echo: the mean over a second reading of the ticket, which the "
-        "pass then reads twice; a bare LAYER is mean-pooled), e.g. 8:mean,12:mean,8:max,12:max",
+        "pass then reads twice; a bare LAYER is mean-pooled), and last, if wanted, chars: the ticket's "
+        "character n-grams, e.g. 8:mean,12:mean,8:max,12:max,chars",
         shown="the task's recipe, else a third of the way up, mean-pooled (10 of SmolLM2's 30); from 10 "
-        "labels on, the mean and max of layers 8 and 12",
+        "labels on, the mean and max of layers 8 and 12, and chars",
         metavar="SPEC",
         parse=Recipe.parse,
     )

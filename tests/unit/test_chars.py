@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.engine import chars
 from worker.engine.recipe import CHARS_WIDTH
@@ -64,3 +66,15 @@ def test_only_the_first_characters_are_read() -> None:
     """Bounded cost: a ticket of the protocol's longest text reads MAX_CHARS characters."""
     head = "refund " * (chars.MAX_CHARS // 7 + 1)
     assert torch.equal(chars.vector(head + "x" * 10_000), chars.vector(head + "different tail"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=3000))
+def test_any_text_gives_finite_features_of_the_width(text: str) -> None:
+    """Producers send anything: no text may raise here or give a NaN (lone surrogates included)."""
+    v = chars.vector(text)
+    assert v.shape == (chars.WIDTH,) and bool(torch.isfinite(v).all()) and float(v.norm()) < 2.0
+
+
+def test_a_lone_surrogate_is_read_not_refused() -> None:
+    assert bool(chars.vector("card \ud800 blocked").abs().sum() > 0)
