@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_head import WORDS, labelled
+from test_multipart import TEXTS as MULTIPART_TEXTS
 
 from worker.engine import Engine, chars
 from worker.engine.head import Head
@@ -19,13 +20,7 @@ from worker.engine.task import DEFAULT_TASK_PATH, load_task
 from worker.engine.training import train_head
 
 SPELT = Recipe.parse("1:mean,2:max,chars")
-TEXTS = [
-    "My card was charged twice.",
-    "",
-    "x",
-    "Login fails with error 500 after the update, twice today, and again now.",
-    "Ünïcödé café, 東京 — ok",
-]
+TEXTS = [*MULTIPART_TEXTS, "Ünïcödé café, 東京 — ok"]
 
 
 @pytest.fixture(scope="module")
