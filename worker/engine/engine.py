@@ -282,8 +282,7 @@ class Engine:
                 progress(plan.items)
             return out
 
-        hidden = int(self.loaded.model.config.hidden_size)
-        width = recipe.width(hidden) - (chars.WIDTH if recipe.chars else 0)
+        width = int(self.loaded.model.config.hidden_size) * len(recipe.model_parts)
         x, stats = self._passes(suffixes, [len(s) for s in suffixes], width, run, on_pass)
         return with_chars(x, recipe, texts), stats
 
@@ -304,7 +303,7 @@ class Engine:
             return torch.cat(feats.extract_many(self.scorer, sfx, plan, unique, after, echo), dim=1)
 
         hidden = int(self.loaded.model.config.hidden_size)
-        widths = [r.width(hidden) - (chars.WIDTH if r.chars else 0) for r in unique]
+        widths = [hidden * len(r.model_parts) for r in unique]  # the pass's; chars are added after it
         x, stats = self._passes(suffixes, [len(s) for s in suffixes], sum(widths), run, on_pass)
         text = chars.features(texts) if any(r.chars for r in unique) else None
         parts = [with_chars(p, r, texts, text) for p, r in zip(x.split(widths, dim=1), unique, strict=True)]
