@@ -2,10 +2,11 @@
 
 ``extract`` runs the engine's own packed, prefix-cached pass over a labelled file (JSONL or CSV with
 id,text,label, or Banking77's text,category) through the whole model, and stores, per ticket and per
-layer, the hidden state averaged over the ticket's own tokens (``mean``), its maximum over them (``max``)
-and the state at the prompt's last position (``last``), as float16 in one ``torch.save`` file (not in
-git: put it under out/); with ``--echo`` the pass reads each ticket twice, as an ``echo`` recipe's does,
-and also stores the mean over the second reading (``echo``; the other three are the same either way).
+layer, the hidden state averaged over the ticket's own tokens (``mean``), its maximum over them
+(``max``), the state at the prompt's last position (``last``) and the average weighted toward rarer tokens
+(``rare``), as float16 in one ``torch.save`` file (not in git: put it under out/); with ``--echo`` the
+pass reads each ticket twice, as an ``echo`` recipe's does, and also stores the mean over the second
+reading (``echo``; the others are the same either way).
 ``tools.head_recipes`` and ``tools.few_shot`` read those files. The engine's dtype is its default
 (``auto``) unless ``--dtype`` says otherwise; heads and features are per dtype.
 
@@ -31,7 +32,7 @@ from worker.engine import features as feats
 from worker.engine.options import EngineOptions
 from worker.engine.scorer import PrefixCache
 
-POOLS = ("mean", "max", "last")
+POOLS = ("mean", "max", "last", "rare")
 
 
 def read_labelled(path: str) -> tuple[list[str], list[str]]:
@@ -97,12 +98,14 @@ def all_layers(
     d = int(engine.loaded.model.config.hidden_size)
     pools = (*POOLS, "echo") if echo else POOLS
     out = {p: torch.empty(len(texts), depth, d, dtype=torch.float16) for p in pools}
+    vocab = int(engine.scorer.body.config.vocab_size)
     done, start = 0, time.perf_counter()
     for order, ends, stack in layer_states(engine, suffixes, depth):
         at = feats.readings(torch.tensor(ends), [len(suffixes[i]) for i in order], after, again)
+        weights = feats.rarity_at(at, [suffixes[i] for i in order], vocab)
         flat = stack.reshape(stack.shape[0], -1)  # every layer side by side: one pooling serves all
         for p in pools:
-            out[p][order] = feats.pool(flat, at, len(order), p).view(len(order), depth, d).half()
+            out[p][order] = feats.pool(flat, at, len(order), p, weights).view(len(order), depth, d).half()
         done += len(order)
         if done // log_every != (done - len(order)) // log_every:
             rate = done / (time.perf_counter() - start)

@@ -77,8 +77,9 @@ class TrainOptions:
     recipe: Recipe | None = option(
         None,
         help="the hidden states the head reads: LAYER:POOL parts, comma-separated, concatenated in that "
-        "order (POOL mean, max, last, or echo: the mean over a second reading of the ticket, which the "
-        "pass then reads twice; a bare LAYER is mean-pooled), and last, if wanted, chars: the ticket's "
+        "order (POOL mean, max, last, echo: the mean over a second reading of the ticket, which the "
+        "pass then reads twice, or rare: the mean weighted toward the ticket's rarer tokens; a bare LAYER "
+        "is mean-pooled), and last, if wanted, chars: the ticket's "
         "character n-grams, e.g. 8:mean,12:mean,8:max,12:max,chars",
         shown="the task's recipe, else a third of the way up, mean-pooled (10 of SmolLM2's 30); from 10 "
         "labels on, the mean and max of layers 8 and 12, and chars",

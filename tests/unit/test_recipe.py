@@ -47,7 +47,7 @@ def test_chars_is_a_last_part_without_a_layer() -> None:
         ("8:chars", "chars reads the text, no layer: write 'chars'"),
         ("8:mean,chars,chars", "chars appears more than once"),
         ("", "'' is not LAYER or LAYER:POOL"),
-        ("8:avg", "unknown pooling 'avg'; use mean, max, last, echo"),
+        ("8:avg", "unknown pooling 'avg'; use mean, max, last, echo, rare"),
         ("0:mean", "at least 1"),
         ("-2", "'-2' is not LAYER or LAYER:POOL"),
         ("eight", "'eight' is not LAYER or LAYER:POOL"),
@@ -167,5 +167,5 @@ def test_train_refuses_a_bad_recipe_flag_before_loading_a_model(
     err = capsys.readouterr().err
     assert err == (
         "ticketq-worker train: recipe: recipe '8:avg': "
-        "unknown pooling 'avg'; use mean, max, last, echo, chars\n"
+        "unknown pooling 'avg'; use mean, max, last, echo, rare, chars\n"
     )

@@ -12,6 +12,13 @@ ticket`` and averages the second reading, where every token has seen the whole t
 2024, "Repetition Improves Language Model Embeddings"). The other parts read the first reading as
 before, so their features are unchanged; the pass costs about twice the ticket tokens (docs/head.md).
 
+``rare`` is ``mean`` weighted toward the ticket's rarer tokens: each token counts ``a / (a + p)``, ``p`` its
+frequency as Zipf's law estimates it from its place in the vocabulary (byte-pair and SentencePiece
+vocabularies list their tokens roughly most frequent first), the smooth inverse frequency of Arora et
+al. (2017), "A Simple but Tough-to-Beat Baseline for Sentence Embeddings" (:func:`.features.rarity`):
+"the", "my" and "?" count for little, "refund" and "PIN" for nearly one. No table, no data: a function of
+the token ids alone.
+
 ``chars`` reads no layer: the ticket's character n-grams, hashed into :data:`CHARS_WIDTH` features
 (:mod:`.chars`), computed from its text beside the pass. It comes last in a recipe (``"8:mean,12:max,chars"``)
 and is stored as ``[0, "chars"]``; a recipe needs at least one part the model computes.
@@ -33,15 +40,16 @@ MEAN = "mean"
 MAX = "max"
 LAST = "last"
 ECHO = "echo"  # the mean over the ticket's second reading
+RARE = "rare"  # the mean weighted toward the ticket's rarer tokens (.features.rarity)
 CHARS = "chars"  # the ticket's character n-grams (layer 0: no layer; .chars)
-POOLS = (MEAN, MAX, LAST, ECHO, CHARS)
+POOLS = (MEAN, MAX, LAST, ECHO, RARE, CHARS)
 CHARS_WIDTH = 1024  # features a chars part gives (.chars)
 FINE = 10  # labels from which a question's default recipe is the richer one (Recipe.default)
 
 
 class Part(NamedTuple):
     layer: int  # after this many decoder layers (0 for CHARS, which reads the text)
-    pool: str  # MEAN, MAX, LAST, ECHO or CHARS
+    pool: str  # MEAN, MAX, LAST, ECHO, RARE or CHARS
 
     def __str__(self) -> str:
         return CHARS if self.pool == CHARS else f"{self.layer}:{self.pool}"

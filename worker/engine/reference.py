@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from . import chars
+from .features import rarity
 from .prompt import ECHO_TEXT, Prompt, render
-from .recipe import CHARS, ECHO, LAST, MAX, Recipe
+from .recipe import CHARS, ECHO, LAST, MAX, RARE, Recipe
 from .task import CONTENT_FREE, Task
 
 
@@ -69,7 +70,8 @@ class ReferenceScorer:
     def features_one(self, text: str, recipe: Recipe) -> torch.Tensor:
         """A head's features the plain way: the whole prompt as one string, the full model run with every
         hidden state kept, then per part of the recipe, in its order, the ticket's tokens averaged
-        (``mean``) or maximized (``max``), or the last position (``last``), side by side. ``echo`` parts
+        (``mean``), weighted by their ids' rarity (``rare``) or maximized (``max``), or the last position
+        (``last``), side by side. ``echo`` parts
         come from a second run over the prompt followed by ``ECHO_TEXT`` and the ticket again: its last
         tokens, the ticket's second reading, averaged (an empty ticket: the echo text's)."""
         ticket = self.truncated(text)
@@ -99,6 +101,9 @@ class ReferenceScorer:
                 parts.append(hidden[-1])
             elif part.pool == MAX:
                 parts.append(hidden[start:end].amax(0))
+            elif part.pool == RARE:
+                w = rarity(torch.tensor(ids[start:end]), int(self.model.config.vocab_size)).to(hidden.device)
+                parts.append((hidden[start:end] * w[:, None]).sum(0) / w.sum())
             else:
                 parts.append(hidden[start:end].mean(0))
         return torch.cat(parts).cpu()
