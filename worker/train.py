@@ -82,7 +82,7 @@ class TrainOptions:
         "is mean-pooled), and last, if wanted, chars: the ticket's "
         "character n-grams, e.g. 8:mean,12:mean,8:max,12:max,chars",
         shown="the task's recipe, else a third of the way up, mean-pooled (10 of SmolLM2's 30); from 10 "
-        "labels on, the mean and max of layers 8 and 12, and chars",
+        "labels on, the mean, rare mean and max of layers 8 and 12, and chars",
         metavar="SPEC",
         parse=Recipe.parse,
     )

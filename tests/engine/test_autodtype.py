@@ -291,5 +291,5 @@ def test_planned_recipes_are_what_the_heads_will_read(tmp_path: Path) -> None:
     fine = replace(task, questions=(Question("intent", intents, head_data="x.csv"),))
     assert planned_recipes(fine, None, 30) == [
         Recipe.default(30),
-        Recipe.parse("8:mean,12:mean,8:max,12:max,chars"),
+        Recipe.parse("8:mean,12:mean,8:rare,12:rare,8:max,12:max,chars"),
     ]

@@ -12,7 +12,7 @@ from test_head import WORDS, labelled
 from worker.engine import Engine
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
-from worker.engine.recipe import CHARS, FINE, LAST, MAX, MEAN, Recipe
+from worker.engine.recipe import CHARS, FINE, LAST, MAX, MEAN, RARE, Recipe
 from worker.engine.task import Question, load_task
 from worker.engine.training import recipe_for, train_head
 
@@ -64,7 +64,7 @@ def test_a_fine_grained_question_is_trained_on_the_richer_default_recipe(engine:
     texts, _ = labelled(2 * FINE)
     head = train_head(fine.asking("intent"), texts, [intents[i % FINE] for i in range(len(texts))], seed=1)
     assert head.recipe == recipe_for(fine.asking("intent")) == Recipe.default(fine.n_layers, FINE)
-    assert {p.pool for p in head.recipe.parts} == {MEAN, MAX, CHARS} and head.recipe.chars
+    assert {p.pool for p in head.recipe.parts} == {MEAN, RARE, MAX, CHARS} and head.recipe.chars
     assert recipe_for(engine.asking("urgency")) == Recipe.default(engine.n_layers) == Recipe.one(1, MEAN)
 
 

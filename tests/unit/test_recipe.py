@@ -113,10 +113,10 @@ def test_default_is_a_third_of_the_way_up_mean_pooled() -> None:
 
 
 def test_from_fine_labels_on_the_default_reads_two_layers_mean_and_max_and_the_spelling() -> None:
-    assert Recipe.default(30, FINE) == Recipe.parse("8:mean,12:mean,8:max,12:max,chars")
+    assert Recipe.default(30, FINE) == Recipe.parse("8:mean,12:mean,8:rare,12:rare,8:max,12:max,chars")
     assert Recipe.default(30, 77) == Recipe.default(30, FINE)
-    assert Recipe.default(24, 77) == Recipe.parse("6:mean,10:mean,6:max,10:max,chars")
-    assert Recipe.default(2, 77) == Recipe.parse("1:mean,1:max,chars")  # one layer: not twice
+    assert Recipe.default(24, 77) == Recipe.parse("6:mean,10:mean,6:rare,10:rare,6:max,10:max,chars")
+    assert Recipe.default(2, 77) == Recipe.parse("1:mean,1:rare,1:max,chars")  # one layer: not twice
 
 
 def test_no_torch_behind_recipes_and_tasks() -> None:

@@ -88,7 +88,7 @@ def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better(
     from worker.engine.recipe import FINE, Recipe
     from worker.train import hints
 
-    RICH = "8:mean,12:mean,8:max,12:max"
+    RICH = str(Recipe.default(30, FINE))  # the hint names the fine-grained default
 
     def head(labels: int, per_label: int, recipe: Recipe, **training: object) -> SimpleNamespace:
         counts = {f"intent_{i}": per_label for i in range(labels)}

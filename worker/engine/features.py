@@ -29,7 +29,7 @@ from .scorer import PrefixCache, Scorer
 
 #: Smooth inverse frequency's ``a`` (Arora et al., 2017) in :func:`rarity`, as a token's share of all
 #: tokens: a token estimated at 1e-5 counts half. Chosen on Banking77's train split alone (10 rows per
-#: intent, 2,000 other train rows scoring; 3e-5 and 1e-4 within 0.3 points, docs/head.md).
+#: intent, 2,000 other train rows scoring; 3e-5 and 1e-4 within 0.4 points, docs/head.md).
 RARITY = 1e-5
 EULER_GAMMA = 0.5772156649015329
 

@@ -95,16 +95,18 @@ class Recipe:
     @classmethod
     def default(cls, n_layers: int, labels: int = 0) -> Recipe:
         """A third of the way up, mean-pooled: layer 10 of SmolLM2-135M's 30 (measured, docs/head.md).
-        For a question of :data:`FINE` labels or more, the mean and the max of two layers 4/15 and 2/5 of
-        the way up (8 and 12 of 30), then the ticket's spelling (``chars``): on SmolLM2, the layers are
-        3 points more on Banking77's 77 intents from 10 rows per intent and 2 on a confusable 10-intent
-        set, at 0.87x the items/s of one layer-10 mean; ``chars`` 1 to 2 points more again (0.7 on the
-        full training split), for no model work (docs/head.md, "A ticket's spelling")."""
+        For a question of :data:`FINE` labels or more, the mean, the ``rare`` mean and the max of two
+        layers 4/15 and 2/5 of the way up (8 and 12 of 30), then the ticket's spelling (``chars``): on
+        SmolLM2, the layers' mean and max are 3 points more on Banking77's 77 intents from 10 rows per
+        intent and 2 on a confusable 10-intent set, at 0.87x the items/s of one layer-10 mean; ``chars``
+        1 to 2 points more again (0.7 on the full training split), for no model work (docs/head.md, "A
+        ticket's spelling"); ``rare`` 1.4 to 2 more from 10 rows per intent, none on the full split, for a
+        second pooling of the same states (docs/head.md, "The ticket's rarer words")."""
         if labels < FINE:
             return cls.one(max(1, round(n_layers / 3)), MEAN)
         low, high = max(1, round(n_layers * 4 / 15)), max(1, round(n_layers * 2 / 5))
         layers = sorted({low, high})
-        states = [Part(layer, pool) for pool in (MEAN, MAX) for layer in layers]
+        states = [Part(layer, pool) for pool in (MEAN, RARE, MAX) for layer in layers]
         return cls((*states, Part(0, CHARS)))
 
     @property
