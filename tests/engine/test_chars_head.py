@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_head import WORDS, labelled
+from test_head import WORDS, labelled, reference_features
 from test_multipart import TEXTS as MULTIPART_TEXTS
 
 from worker.engine import Engine, chars
@@ -45,12 +45,8 @@ def test_a_shared_pass_gives_each_recipe_what_it_gives_alone(engine: Engine) -> 
 
 
 def test_features_match_the_plain_reference(engine: Engine) -> None:
-    from worker.engine.reference import ReferenceScorer
-
-    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     got, _ = engine.features(TEXTS, SPELT)
-    want = torch.stack([ref.features_one(t, SPELT) for t in TEXTS])
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, reference_features(engine, TEXTS, SPELT), atol=1e-4, rtol=1e-4)
 
 
 def test_a_chars_head_trains_round_trips_and_decides(engine: Engine, tmp_path: Path) -> None:

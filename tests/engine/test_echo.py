@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_head import labelled
+from test_head import labelled, reference_features
 from test_multipart import TEXTS  # short, empty, one-token and long tickets
 
 from worker.engine import Engine
@@ -18,7 +18,6 @@ from worker.engine.head import HeadError
 from worker.engine.model import LoadedModel
 from worker.engine.prompt import ECHO_TEXT
 from worker.engine.recipe import Recipe
-from worker.engine.reference import ReferenceScorer
 from worker.engine.task import DEFAULT_TASK_PATH, load_task
 from worker.engine.training import train_head
 
@@ -32,11 +31,9 @@ def engine(tiny: LoadedModel) -> Engine:
 
 @pytest.mark.parametrize("recipe", ECHOES, ids=str)
 def test_echo_features_match_the_plain_reference(engine: Engine, recipe: Recipe) -> None:
-    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     got, stats = engine.features(TEXTS, recipe)
-    want = torch.stack([ref.features_one(t, recipe) for t in TEXTS])
     assert len(stats) == 1  # still one packed pass
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, reference_features(engine, TEXTS, recipe), atol=1e-4, rtol=1e-4)
 
 
 def test_echo_averages_the_second_reading_not_the_first(engine: Engine) -> None:

@@ -23,6 +23,14 @@ WORDS = {
 }
 
 
+def reference_features(engine: Engine, texts: list[str], recipe: Recipe) -> torch.Tensor:
+    """``recipe``'s features of ``texts`` the plain way (:meth:`ReferenceScorer.features_one`), one by one."""
+    from worker.engine.reference import ReferenceScorer
+
+    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
+    return torch.stack([ref.features_one(t, recipe) for t in texts])
+
+
 def labelled(n_per: int = 12) -> tuple[list[str], list[str]]:
     texts, labels = [], []
     for label, words in WORDS.items():
@@ -325,13 +333,11 @@ def test_label_names_that_hurt_out_of_fold_are_not_used(engine: Engine) -> None:
 @pytest.mark.parametrize("pool", [MEAN, LAST])
 def test_features_match_the_plain_reference(engine: Engine, pool: str) -> None:
     """Packed, prefix-cached, stopped early: the same numbers as the whole prompt run alone."""
-    from worker.engine.reference import ReferenceScorer
-
-    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     texts = ["My card was charged twice.", "", "Login fails with error 500 after the update, twice today."]
     got, _ = engine.features(texts, Recipe.one(1, pool))
-    want = torch.stack([ref.features_one(t, Recipe.one(1, pool)) for t in texts])
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        got, reference_features(engine, texts, Recipe.one(1, pool)), atol=1e-4, rtol=1e-4
+    )
 
 
 def test_eval_with_a_head_reports_both_methods(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_head import WORDS, labelled
+from test_head import WORDS, labelled, reference_features
 
 from worker.engine import Engine
 from worker.engine import features as feats
@@ -43,27 +43,29 @@ def test_features_are_the_parts_side_by_side_exactly(engine: Engine) -> None:
     assert not torch.equal(alone[0], alone[2])  # mean and max of the same layer differ
 
 
-def test_max_is_the_elementwise_maximum_over_the_tickets_own_tokens(engine: Engine) -> None:
-    text = TEXTS[3]
-    (got,), _ = engine.features([text], Recipe.one(1, MAX))
+def own_states(engine: Engine, text: str, layer: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The states after ``layer`` of a whole-prompt run, at the ticket's own tokens and at those plus the
+    hand-over's first, and the own tokens' ids."""
     suffix = engine.prompt.ticket_ids(engine.tokenizer, [text])[0]
     own = len(suffix) - len(engine.prompt.after_ids)
     ids = [*engine.prompt.prefix_ids, *suffix]
     with torch.inference_mode():
         states = engine.scorer.body(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
     start = len(engine.prompt.prefix_ids)
-    torch.testing.assert_close(got, states[1][0, start : start + own].amax(0), atol=1e-4, rtol=1e-4)
-    assert not torch.allclose(got, states[1][0, start : start + own + 1].amax(0))  # not the hand-over
+    return states[layer][0, start : start + own], states[layer][0, start : start + own + 1], suffix[:own]
+
+
+def test_max_is_the_elementwise_maximum_over_the_tickets_own_tokens(engine: Engine) -> None:
+    (got,), _ = engine.features([TEXTS[3]], Recipe.one(1, MAX))
+    mine, and_after, _ = own_states(engine, TEXTS[3], 1)
+    torch.testing.assert_close(got, mine.amax(0), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(got, and_after.amax(0))  # not the hand-over
 
 
 @pytest.mark.parametrize("recipe", [Recipe.one(1, MAX), Recipe.one(2, MAX), RICH])
 def test_features_match_the_plain_reference(engine: Engine, recipe: Recipe) -> None:
-    from worker.engine.reference import ReferenceScorer
-
-    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     got, _ = engine.features(TEXTS, recipe)
-    want = torch.stack([ref.features_one(t, recipe) for t in TEXTS])
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, reference_features(engine, TEXTS, recipe), atol=1e-4, rtol=1e-4)
 
 
 def test_the_pass_stops_after_the_deepest_part(engine: Engine) -> None:

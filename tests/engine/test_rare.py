@@ -8,8 +8,9 @@ import math
 
 import pytest
 import torch
-from test_head import labelled
+from test_head import labelled, reference_features
 from test_multipart import TEXTS as MULTIPART_TEXTS
+from test_multipart import own_states
 
 from worker.engine import Engine
 from worker.engine import features as feats
@@ -39,28 +40,17 @@ def test_rarity_is_smooth_inverse_frequency_of_the_zipf_estimate() -> None:
 
 
 def test_rare_is_the_tokens_mean_weighted_by_their_rarity(engine: Engine) -> None:
-    text = TEXTS[3]
-    (got,), _ = engine.features([text], Recipe.one(1, RARE))
-    suffix = engine.prompt.ticket_ids(engine.tokenizer, [text])[0]
-    own = len(suffix) - len(engine.prompt.after_ids)
-    ids = [*engine.prompt.prefix_ids, *suffix]
-    with torch.inference_mode():
-        states = engine.scorer.body(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-    start = len(engine.prompt.prefix_ids)
-    w = feats.rarity(torch.tensor(suffix[:own]), engine.scorer.body.config.vocab_size)
-    mine = states[1][0, start : start + own]
+    (got,), _ = engine.features([TEXTS[3]], Recipe.one(1, RARE))
+    mine, _, ids = own_states(engine, TEXTS[3], 1)
+    w = feats.rarity(torch.tensor(ids), engine.scorer.body.config.vocab_size)
     torch.testing.assert_close(got, (mine * w[:, None]).sum(0) / w.sum(), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(got, mine.mean(0), atol=1e-4)  # weighted, not the plain mean
 
 
 @pytest.mark.parametrize("recipe", RARES, ids=str)
 def test_rare_features_match_the_plain_reference(engine: Engine, recipe: Recipe) -> None:
-    from worker.engine.reference import ReferenceScorer
-
-    ref = ReferenceScorer(engine.loaded.model, engine.tokenizer, engine.task, engine.prompt)
     got, _ = engine.features(TEXTS, recipe)
-    want = torch.stack([ref.features_one(t, recipe) for t in TEXTS])
-    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, reference_features(engine, TEXTS, recipe), atol=1e-4, rtol=1e-4)
 
 
 def test_a_shared_pass_gives_each_recipe_what_it_gives_alone(engine: Engine) -> None:
