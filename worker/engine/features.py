@@ -148,15 +148,6 @@ def pool(
     averaged with ``weights``, one per own token in ``at.first``'s order (:func:`rarity`)."""
     if how == LAST:
         return hidden.index_select(0, at.last).float()
-    if how == RARE:
-        if weights is None:
-            raise ValueError("a rare part needs its tokens' weights")
-        idx, seg = at.first
-        out = torch.zeros(items, hidden.shape[-1], device=hidden.device)
-        w = weights.to(hidden.device)
-        total = torch.zeros(items, device=hidden.device).index_add_(0, seg, w)
-        picked = hidden.index_select(0, idx).float() * w[:, None]
-        return out.index_add_(0, seg, picked) / total[:, None]
     if how == ECHO:
         if at.second is None:
             raise ValueError("an echo part needs the pass that reads each ticket twice")
@@ -169,6 +160,12 @@ def pool(
     if how == MAX:
         index = seg[:, None].expand_as(picked)
         return out.scatter_reduce_(0, index, picked, "amax", include_self=False)
+    if how == RARE:
+        if weights is None:
+            raise ValueError("a rare part needs its tokens' weights")
+        w = weights.to(hidden.device)
+        total = torch.zeros(items, device=hidden.device).index_add_(0, seg, w)
+        return out.index_add_(0, seg, picked * w[:, None]) / total[:, None]
     if how != MEAN:
         raise ValueError(f"unknown pooling {how!r}")
     counts = torch.bincount(seg, minlength=items).clamp(min=1)
