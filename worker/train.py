@@ -481,7 +481,8 @@ def beyond_lines(b: dict[str, Any]) -> list[str]:
     if "pseudo_labelled" in b:
         added.append(
             f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
-            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g})"
+            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g}"
+            + (f", last at L2 {b['l2_last_round']:.2g})" if "l2_last_round" in b else ")")
         )
     elif "unlabeled" in b:
         added.append(f"{b['unlabeled']} unlabelled tickets")

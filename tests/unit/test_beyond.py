@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from worker.engine import beyond
 from worker.engine.beyond import (
     KEEP,
     NAME_PHRASES,
+    PSEUDO_WEIGHT,
+    added_penalty,
     cross_refit,
     name_labels,
     name_text,
@@ -129,3 +132,26 @@ def test_cross_refit_scores_each_row_without_its_own_label() -> None:
     own = torch.tensor(fold) == fold[0]
     assert torch.equal(again[own], base[own])
     assert not torch.equal(again[~own], base[~own])
+
+
+def test_kept_tickets_add_to_the_known_rows_loss_instead_of_diluting_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fit's loss is its rows' weighted mean plus l2 |W|^2: as the kept tickets' weight joins, the penalty
+    shrinks by their share, so the labelled rows and names weigh against it as they did alone."""
+    assert added_penalty(1e-2, 100.0, 0.0) == 1e-2
+    assert added_penalty(1e-2, 100.0, 300.0) == pytest.approx(2.5e-3)
+    monkeypatch.setattr(beyond, "KEEP", (1.0,))  # one round, every ticket kept: reproducible by hand
+    x, y = clusters(4, 3)
+    free, _ = clusters(50, 4)
+    first = fit_at(x, y, 3, 1e-1)
+    w, b, info = refit(x, y, 3, 1e-1, first=first, unlabeled=free)
+    assert info["pseudo_labelled"] == len(free) and info["rounds"] == 1
+    guess = (free @ first[0].T + first[1]).argmax(1).tolist()
+    l2 = added_penalty(1e-1, float(len(y)), PSEUDO_WEIGHT * len(free))
+    rows, weights = torch.cat([x, free]), [1.0] * len(y) + [PSEUDO_WEIGHT] * len(free)
+    expected = fit_at(rows, [*y, *guess], 3, l2, weights)
+    torch.testing.assert_close(w, expected[0])
+    torch.testing.assert_close(b, expected[1])
+    diluted = fit_at(rows, [*y, *guess], 3, 1e-1, weights)  # the penalty as the labelled rows chose it
+    assert float(w.norm()) > float(diluted[0].norm())

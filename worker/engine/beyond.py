@@ -13,12 +13,14 @@ tickets"), both opt-in (``ticketq-worker train --label-names --unlabeled FILE``)
   fitted again; once per share in :data:`KEEP`, the more confident half first, then more as the head
   improves, all of them last.
 
-The L2 penalty is the one the labelled tickets' cross-validation chose. Then the whole procedure (fit on
-the labelled rows, add the extras, refit) is run again inside each fold (:func:`cross_refit`): its
-out-of-fold predictions say whether the extras helped on this task's own tickets, and are what the head's
-temperature and ``review_below`` are fitted on, since a head that learnt from extras is more confident than
-one that did not. ``train`` keeps the extras only when they do not lower the out-of-fold accuracy. The
-constants were set once, before measuring, and not tuned on the test split.
+The L2 penalty is the one the labelled tickets' cross-validation chose, for the labelled tickets and the
+names; the kept tickets add to their loss rather than dilute it (:func:`added_penalty`). Then the whole
+procedure (fit on the labelled rows, add the extras, refit) is run again inside each fold
+(:func:`cross_refit`): its out-of-fold predictions say whether the extras helped on this task's own
+tickets, and are what the head's temperature and ``review_below`` are fitted on, since a head that learnt
+from extras is more confident than one that did not. ``train`` keeps the extras only when they do not
+lower the out-of-fold accuracy. The constants were set once, before measuring, and not tuned on the test
+split.
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ def names_of(names: torch.Tensor, classes: int, keep: Sequence[int]) -> torch.Te
     return names[index]
 
 
+def added_penalty(l2: float, known: float, added: float) -> float:
+    """The penalty of a fit whose rows of total weight ``known`` (labelled tickets and names) are joined by
+    ``added`` more (kept tickets): ``l2`` scaled so the kept tickets add to the known rows' loss instead of
+    diluting it. A fit's loss is its rows' weighted *mean* plus ``l2 * |W|^2``; the same ``l2`` over more
+    rows would hold the head as tightly as the labelled rows alone chose, and a head whose cross-validation
+    picked a strong penalty then learnt next to nothing from thousands of tickets (docs/head.md, "The
+    penalty when the kept tickets join")."""
+    return l2 * known / (known + added)
+
+
 def refit(
     x: torch.Tensor,
     y: Sequence[int],
@@ -107,15 +119,17 @@ def refit(
             confidence, guess = torch.softmax(free @ weight.T + bias, -1).max(1)
             kept = confidence >= torch.quantile(confidence, 1.0 - keep)
             n = int(kept.sum())
+            penalty = added_penalty(l2, sum(weights), PSEUDO_WEIGHT * n)
             weight, bias = fit_at(
                 torch.cat([known, free[kept].to(known.dtype)]),
                 targets + guess[kept].tolist(),
                 classes,
-                l2,
+                penalty,
                 weights + [PSEUDO_WEIGHT] * n,
                 dtype,
             )
         info.update(unlabeled=len(free), pseudo_labelled=n, rounds=len(KEEP), pseudo_weight=PSEUDO_WEIGHT)
+        info["l2_last_round"] = penalty
     return weight, bias, info
 
 
