@@ -479,10 +479,10 @@ def beyond_lines(b: dict[str, Any]) -> list[str]:
     """What the label names and unlabelled tickets did: both out-of-fold accuracies, kept or not."""
     added = [f"{b['label_names']} label names"] if "label_names" in b else []
     if "pseudo_labelled" in b:
+        last = f", last at L2 {b['l2_last_round']:.2g}" if "l2_last_round" in b else ""  # older heads: none
         added.append(
             f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
-            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g}"
-            + (f", last at L2 {b['l2_last_round']:.2g})" if "l2_last_round" in b else ")")
+            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g}{last})"
         )
     elif "unlabeled" in b:
         added.append(f"{b['unlabeled']} unlabelled tickets")

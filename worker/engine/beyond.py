@@ -115,11 +115,12 @@ def refit(
         weight, bias = fit_at(known, targets, classes, l2, weights, dtype)
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
+        labelled = sum(weights)  # the labelled rows' and names' weight: the kept tickets add to it
         for keep in KEEP:
             confidence, guess = torch.softmax(free @ weight.T + bias, -1).max(1)
             kept = confidence >= torch.quantile(confidence, 1.0 - keep)
             n = int(kept.sum())
-            penalty = added_penalty(l2, sum(weights), PSEUDO_WEIGHT * n)
+            penalty = added_penalty(l2, labelled, PSEUDO_WEIGHT * n)
             weight, bias = fit_at(
                 torch.cat([known, free[kept].to(known.dtype)]),
                 targets + guess[kept].tolist(),
@@ -128,8 +129,13 @@ def refit(
                 weights + [PSEUDO_WEIGHT] * n,
                 dtype,
             )
-        info.update(unlabeled=len(free), pseudo_labelled=n, rounds=len(KEEP), pseudo_weight=PSEUDO_WEIGHT)
-        info["l2_last_round"] = penalty
+        info.update(
+            unlabeled=len(free),
+            pseudo_labelled=n,
+            rounds=len(KEEP),
+            pseudo_weight=PSEUDO_WEIGHT,
+            l2_last_round=penalty,
+        )
     return weight, bias, info
 
 
