@@ -276,7 +276,7 @@ def test_a_head_decided_task_times_and_judges_the_features_pass(
 def test_planned_recipes_are_what_the_heads_will_read(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from worker.engine.recipe import Recipe
+    from worker.engine.recipe import Preset, Recipe
     from worker.engine.task import Question
     from worker.engine.training import planned_recipes
 
@@ -292,4 +292,11 @@ def test_planned_recipes_are_what_the_heads_will_read(tmp_path: Path) -> None:
     assert planned_recipes(fine, None, 30) == [
         Recipe.default(30),
         Recipe.parse("8:mean,12:mean,8:rare,12:rare,8:max,12:max,chars"),
+    ]
+    accurate = replace(
+        task, questions=(Question("intent", intents, head_data="x.csv", recipe=Preset("accurate")),)
+    )
+    assert planned_recipes(accurate, None, 30) == [
+        Recipe.default(30),
+        Recipe.parse("8:mean,12:mean,8:rare,12:rare,8:max,12:max,24:echo,28:echo,chars"),
     ]

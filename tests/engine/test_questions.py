@@ -12,7 +12,7 @@ from test_head import WORDS, labelled
 from worker.engine import Engine
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
-from worker.engine.recipe import CHARS, FINE, LAST, MAX, MEAN, RARE, Recipe
+from worker.engine.recipe import CHARS, ECHO, FINE, LAST, MAX, MEAN, RARE, Preset, Recipe, resolve
 from worker.engine.task import Question, load_task
 from worker.engine.training import recipe_for, train_head
 
@@ -66,6 +66,26 @@ def test_a_fine_grained_question_is_trained_on_the_richer_default_recipe(engine:
     assert head.recipe == recipe_for(fine.asking("intent")) == Recipe.default(fine.n_layers, FINE)
     assert {p.pool for p in head.recipe.parts} == {MEAN, RARE, MAX, CHARS} and head.recipe.chars
     assert recipe_for(engine.asking("urgency")) == Recipe.default(engine.n_layers) == Recipe.one(1, MEAN)
+
+
+def test_a_question_asking_for_the_accurate_preset_gets_it_for_this_models_layers(engine: Engine) -> None:
+    """``recipe = "accurate"`` names no layer: it resolves against the model the head is trained on (the
+    tiny model's two layers here), reads the second reading, and the engine then serves that head."""
+    asked = Engine(
+        engine.loaded,
+        replace(engine.task, questions=(Question("urgency", URGENCY, recipe=Preset("accurate")),)),
+    )
+    texts, _ = labelled(4)
+    head = train_head(asked.asking("urgency"), texts, [urgency_of(t) for t in texts], seed=1)
+    assert head.recipe == resolve(Preset("accurate"), asked.n_layers, len(URGENCY))
+    assert head.recipe.echo and head.recipe.chars and ECHO in {p.pool for p in head.recipe.parts}
+    asked.use_head(head, "urgency")
+    results, _ = asked.classify(["Hello, I was charged twice for my plan.", "The app crashes."])
+    alone, _ = asked.asking("urgency").classify(
+        ["Hello, I was charged twice for my plan.", "The app crashes."]
+    )
+    assert [r.answers["urgency"].label for r in results] == [r.label for r in alone]
+    assert all(r.answers["urgency"].label in URGENCY for r in results)
 
 
 TEXTS = [

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from worker.engine.recipe import CHARS, CHARS_WIDTH, ECHO, FINE, LAST, MAX, MEAN, Part, Recipe
+from worker.engine.recipe import (
+    CHARS,
+    CHARS_WIDTH,
+    ECHO,
+    FINE,
+    LAST,
+    MAX,
+    MEAN,
+    Part,
+    Preset,
+    Recipe,
+    parse_spec,
+    resolve,
+)
 from worker.engine.task import TaskError, load_task
 
 RICH = "8:mean,12:mean,8:max,12:max"
@@ -119,6 +133,35 @@ def test_from_fine_labels_on_the_default_reads_two_layers_mean_and_max_and_the_s
     assert Recipe.default(2, 77) == Recipe.parse("1:mean,1:rare,1:max,chars")  # one layer: not twice
 
 
+def test_presets_resolve_against_the_models_depth_and_the_questions_labels() -> None:
+    accurate = "8:mean,12:mean,8:rare,12:rare,8:max,12:max,24:echo,28:echo,chars"
+    assert resolve(parse_spec("accurate"), 30, 77) == Recipe.parse(accurate)
+    assert resolve(parse_spec(" accurate "), 30, 3) == Recipe.parse(accurate)  # whatever the labels
+    assert resolve(parse_spec("fast"), 30, 77) == Recipe.parse("10:mean")
+    assert resolve(parse_spec("default"), 30, 77) == resolve(None, 30, 77) == Recipe.default(30, 77)
+    assert resolve(parse_spec("default"), 30, 3) == Recipe.parse("10:mean")
+    assert resolve(Preset("accurate"), 15, 77) == Recipe.parse(
+        "4:mean,6:mean,4:rare,6:rare,4:max,6:max,12:echo,14:echo,chars"
+    )
+    assert resolve(Preset("accurate"), 2, 77).layers == (1, 2)  # a tiny model: its layers, once each
+    assert resolve(Recipe.one(7), 30, 77) == Recipe.one(7)  # parts are what they say
+    assert str(Preset("accurate")) == "accurate"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("acurate", "unknown recipe 'acurate': a preset (fast, default, accurate) or LAYER:POOL parts"),
+        ("8:avg", "recipe '8:avg': unknown pooling 'avg'"),
+    ],
+)
+def test_a_misspelt_preset_is_named_as_one(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_spec(text)
+    with pytest.raises(ValueError, match="unknown recipe preset 'slow'"):
+        Preset("slow")
+
+
 def test_no_torch_behind_recipes_and_tasks() -> None:
     """The task file (read before any model loads) and train's flags parse recipes."""
     code = "import sys, worker.engine.recipe, worker.engine.task; assert 'torch' not in sys.modules"
@@ -130,10 +173,11 @@ BASE = 'labels = ["a", "b"]\n'
 
 def test_a_task_file_names_a_recipe_for_its_primary_and_each_question(tmp_path: Path) -> None:
     text = BASE + 'recipe = "8:mean,12:max"\n[questions.q]\nlabels = ["x", "y"]\nrecipe = 12\n'
-    text += '[questions.p]\nlabels = ["x", "y"]\n'
+    text += '[questions.p]\nlabels = ["x", "y"]\n[questions.r]\nlabels = ["x", "y"]\nrecipe = "accurate"\n'
     (tmp_path / "t.toml").write_text(text)
     task = load_task(tmp_path / "t.toml")
     assert task.recipe == Recipe.parse("8:mean,12:max")
+    assert task.get_question("r").recipe == Preset("accurate")  # type: ignore[union-attr]
     assert task.get_question("q").recipe == Recipe.one(12)  # type: ignore[union-attr]
     assert task.get_question("p").recipe is None  # type: ignore[union-attr]
     assert load_task().recipe is None  # the built-in task: the default
@@ -144,6 +188,7 @@ def test_a_task_file_names_a_recipe_for_its_primary_and_each_question(tmp_path: 
     [
         ('recipe = "8:avg"\n', "recipe '8:avg': unknown pooling 'avg'"),
         ("recipe = [8, 12]\n", 'recipe must be text like "8:mean,12:max"'),
+        ('recipe = "best"\n', "unknown recipe 'best': a preset (fast, default, accurate)"),
         ("recipe = true\n", 'recipe must be text like "8:mean,12:max"'),
         ('[questions.q]\nlabels = ["x", "y"]\nrecipe = "3,3"\n', "question 'q': recipe '3,3': each part"),
         ('[questions.q]\nlabels = ["x", "y"]\nrecipes = "3"\n', "unknown keys ['recipes']"),
@@ -169,3 +214,6 @@ def test_train_refuses_a_bad_recipe_flag_before_loading_a_model(
         "ticketq-worker train: recipe: recipe '8:avg': "
         "unknown pooling 'avg'; use mean, max, last, echo, rare, chars\n"
     )
+    argv[-1] = "acurate"  # a misspelt preset is named as one
+    assert main(argv) == 2
+    assert "unknown recipe 'acurate': a preset (fast, default, accurate)" in capsys.readouterr().err

@@ -23,6 +23,10 @@ the token ids alone.
 (:mod:`.chars`), computed from its text beside the pass. It comes last in a recipe (``"8:mean,12:max,chars"``)
 and is stored as ``[0, "chars"]``; a recipe needs at least one part the model computes.
 
+A recipe may also be named for what it is for (:class:`Preset`): ``fast``, ``default`` or ``accurate``,
+resolved against the model's depth and the question's labels when a head is trained (:func:`resolve`),
+so a task file can ask for the accurate reading of any model without knowing its layers.
+
 Three forms of the same recipe: the object; the text a flag or a task file gives (``"8:mean,12:max"``,
 ``"10"`` = ``"10:mean"``); the dict a head file stores. A one-part recipe keeps the dict form heads were
 written with before recipes had parts (``{"layer": 10, "pool": "mean"}``), so their files load and their
@@ -180,3 +184,61 @@ class Recipe:
         if isinstance(data, dict) and "layer" in data and set(data) <= {"layer", "pool"}:
             return cls.one(data["layer"], data.get("pool", MEAN))
         raise ValueError(f"a recipe is {{'layer': L, 'pool': P}} or {{'parts': [[L, P], ...]}}, got {data!r}")
+
+
+FAST, DEFAULT, ACCURATE = "fast", "default", "accurate"
+PRESETS = (FAST, DEFAULT, ACCURATE)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A recipe named for what it is for, resolved against the model and the question (:meth:`resolve`):
+
+    - ``fast``: one layer a third of the way up, mean-pooled (10 of SmolLM2's 30): the default below
+      :data:`FINE` labels, the cheapest pass.
+    - ``default``: :meth:`Recipe.default` for the question's labels (what no ``recipe`` key gives).
+    - ``accurate``: the fine default (the mean, ``rare`` mean and max of layers 4/15 and 2/5 of the way up,
+      then ``chars``) plus the second reading of two upper layers, 4/5 and 14/15 of the way up (``24:echo,
+      28:echo`` on SmolLM2): on Banking77 from 8 or 10 rows per intent about a point more than the default,
+      at about 0.22x its items/s, since the pass reads each ticket twice and goes 28 layers deep instead of
+      12 (docs/head.md, "Against the issue's goals").
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in PRESETS:
+            raise ValueError(f"unknown recipe preset {self.name!r}; use {', '.join(PRESETS)}")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resolve(self, n_layers: int, labels: int) -> Recipe:
+        """The recipe this preset names for a model of ``n_layers`` and a question of ``labels`` labels."""
+        if self.name == FAST:
+            return Recipe.default(n_layers)
+        if self.name == DEFAULT:
+            return Recipe.default(n_layers, labels)
+        fine = Recipe.default(n_layers, FINE)
+        upper = sorted({max(1, round(n_layers * 4 / 5)), max(1, round(n_layers * 14 / 15))})
+        return Recipe((*fine.model_parts, *(Part(layer, ECHO) for layer in upper), Part(0, CHARS)))
+
+
+def parse_spec(text: str) -> Recipe | Preset:
+    """A ``recipe`` key or ``--recipe`` flag: a preset's name (``"accurate"``) or a recipe's parts
+    (:meth:`Recipe.parse`)."""
+    if isinstance(text, str):
+        word = text.strip()
+        if word in PRESETS:
+            return Preset(word)
+        if word.isalpha() and word != CHARS:  # a misspelt preset, not a layer
+            raise ValueError(f"unknown recipe {word!r}: a preset ({', '.join(PRESETS)}) or LAYER:POOL parts")
+    return Recipe.parse(text)
+
+
+def resolve(spec: Recipe | Preset | None, n_layers: int, labels: int) -> Recipe:
+    """The recipe ``spec`` gives a model of ``n_layers`` for a question of ``labels`` labels: a recipe as
+    it is, a preset resolved, nothing the default (:meth:`Recipe.default`)."""
+    if isinstance(spec, Recipe):
+        return spec
+    return (spec or Preset(DEFAULT)).resolve(n_layers, labels)

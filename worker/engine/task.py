@@ -5,8 +5,9 @@ and may ask more: each ``[questions.NAME]`` table has its own ``labels`` and a t
 ``head_data``) that reads the same forward pass (docs/head.md, "Several questions"). A route names a
 primary label, or ``NAME:label`` for a question's; ``review`` and ``NAME:review`` take the tickets whose
 answer to that question needs review (worker/review.py). ``recipe`` (at the top or in a question's table) says
-which hidden states that question's heads are trained on (``head_data``, and ``train``'s default); a head
-file carries its own.
+which hidden states that question's heads are trained on (``head_data``, and ``train``'s default): parts
+(``"8:mean,12:max"``) or a preset, ``"fast"``, ``"default"`` or ``"accurate"`` (worker/engine/recipe.py);
+a head file carries its own.
 
 Which answers need a person is set per question: ``review_below`` or ``auto_accuracy`` at the top level
 (the primary question) or in ``[questions.NAME]``. ``zero_shot_temperature`` divides the zero-shot label
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .recipe import FINE, Recipe
+from .recipe import FINE, Preset, Recipe, parse_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,7 +97,7 @@ class Question:
     labels: tuple[str, ...]
     head: str | None = None  # a head file (absolute once loaded)
     head_data: str | None = None  # labelled tickets (id,text,label) to train its head from, cached
-    recipe: Recipe | None = None  # the features its heads are trained on; None: Recipe.default
+    recipe: Recipe | Preset | None = None  # the features its heads are trained on; None: Recipe.default
     # Which of its answers need review, as the task's own keys do for the primary (worker/review.py).
     review_below: float | None = None
     auto_accuracy: float | None = None
@@ -140,7 +141,7 @@ class Task:
     review_below: float | None = None
     auto_accuracy: float | None = None
     questions: tuple[Question, ...] = ()  # further questions, each answered by a head of its own
-    recipe: Recipe | None = None  # the features the primary's heads are trained on; None: Recipe.default
+    recipe: Recipe | Preset | None = None  # the features the primary's heads are trained on; None: default
     # Zero-shot scores are softmax((label log-probabilities - prior) / this): fitted by ``eval`` so they
     # are calibrated probabilities. Never changes a decision; a head's scores use the head's own.
     zero_shot_temperature: float = 1.0
@@ -246,16 +247,17 @@ def _probability(data: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _recipe(value: Any, where: str) -> Recipe | None:
-    """A ``recipe = "8:mean,12:max"`` key; ``where`` prefixes its errors (``"question 'intent': "``)."""
+def _recipe(value: Any, where: str) -> Recipe | Preset | None:
+    """A ``recipe = "8:mean,12:max"`` key, or a preset's name (``recipe = "accurate"``); ``where`` prefixes
+    its errors (``"question 'intent': "``)."""
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):  # recipe = 10: layer 10, mean-pooled
         value = str(value)
     if not isinstance(value, str):
-        raise TaskError(f'{where}recipe must be text like "8:mean,12:max", got {value!r}')
+        raise TaskError(f'{where}recipe must be text like "8:mean,12:max" or "accurate", got {value!r}')
     try:
-        return Recipe.parse(value)
+        return parse_spec(value)
     except ValueError as exc:
         raise TaskError(f"{where}{exc}") from None
 

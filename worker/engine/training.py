@@ -19,7 +19,7 @@ from .fit import L2_GRID, Fit, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
-from .recipe import Recipe
+from .recipe import Preset, Recipe, resolve
 from .task import Task, wants_names
 from .types import BatchStats
 
@@ -86,7 +86,7 @@ def train_head(
     *,
     seed: int = 0,
     progress: Progress | None = None,
-    recipe: Recipe | None = None,
+    recipe: Recipe | Preset | None = None,
     corrected: Mapping[int, str | None] | None = None,
     features: torch.Tensor | None = None,
     auto_accuracy: float | None = None,
@@ -346,12 +346,13 @@ def extras_features(
     return names, free
 
 
-def recipe_for(engine: Engine, given: Recipe | None = None) -> Recipe:
+def recipe_for(engine: Engine, given: Recipe | Preset | None = None) -> Recipe:
     """The recipe a head for ``engine`` is trained with: ``given`` (``train --recipe``), else its task's
-    (``recipe`` in the task file or the question's table), else :meth:`Recipe.default` for its labels.
+    (``recipe`` in the task file or the question's table), else :meth:`Recipe.default` for its labels; a
+    preset (``accurate``) resolved for the model's layers.
     TrainingError (one line) when the model lacks a layer it reads."""
     task = engine.task
-    recipe = given or task.recipe or Recipe.default(engine.n_layers, len(task.labels))
+    recipe = resolve(given or task.recipe, engine.n_layers, len(task.labels))
     try:
         recipe.check(engine.n_layers)
     except ValueError as exc:
@@ -369,11 +370,11 @@ def planned_recipes(task: Task, spec: str | None, n_layers: int) -> list[Recipe]
     if spec or task.head:
         primary = Head.load(spec or task.head or "").recipe
     elif task.head_data:
-        primary = task.recipe or Recipe.default(n_layers, len(task.labels))
+        primary = resolve(task.recipe, n_layers, len(task.labels))
     else:
         return None
     further = [
-        Head.load(q.head).recipe if q.head else q.recipe or Recipe.default(n_layers, len(q.labels))
+        Head.load(q.head).recipe if q.head else resolve(q.recipe, n_layers, len(q.labels))
         for q in task.questions
     ]
     return [primary, *further]
