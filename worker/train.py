@@ -481,9 +481,10 @@ def beyond_lines(b: dict[str, Any]) -> list[str]:
     added = [f"{b['label_names']} label names"] if "label_names" in b else []
     if "pseudo_labelled" in b:
         last = f", last at L2 {b['l2_last_round']:.2g}" if "l2_last_round" in b else ""  # older heads: none
+        weight = f"{b['pseudo_weight']:g}" + (" x confidence" if b.get("by_confidence") else "")
         added.append(
             f"{b['pseudo_labelled']} of {b['unlabeled']} unlabelled tickets, labelled by the head "
-            f"({b['rounds']} rounds, weight {b['pseudo_weight']:g}{last})"
+            f"({b['rounds']} rounds, weight {weight}{last})"
         )
     elif "unlabeled" in b:
         added.append(f"{b['unlabeled']} unlabelled tickets")

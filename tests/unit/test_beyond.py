@@ -147,11 +147,20 @@ def test_kept_tickets_add_to_the_known_rows_loss_instead_of_diluting_it(
     first = fit_at(x, y, 3, 1e-1)
     w, b, info = refit(x, y, 3, 1e-1, first=first, unlabeled=free)
     assert info["pseudo_labelled"] == len(free) and info["rounds"] == 1
-    guess = (free @ first[0].T + first[1]).argmax(1).tolist()
-    l2 = added_penalty(1e-1, float(len(y)), PSEUDO_WEIGHT * len(free))
-    rows, weights = torch.cat([x, free]), [1.0] * len(y) + [PSEUDO_WEIGHT] * len(free)
+    confidence, guessed = torch.softmax(free @ first[0].T + first[1], -1).max(1)
+    guess = guessed.tolist()
+    kept = [PSEUDO_WEIGHT * float(c) for c in confidence]  # each kept ticket by the head's confidence
+    l2 = added_penalty(1e-1, float(len(y)), sum(kept))
+    rows, weights = torch.cat([x, free]), [1.0] * len(y) + kept
     expected = fit_at(rows, [*y, *guess], 3, l2, weights)
     torch.testing.assert_close(w, expected[0])
     torch.testing.assert_close(b, expected[1])
     diluted = fit_at(rows, [*y, *guess], 3, 1e-1, weights)  # the penalty as the labelled rows chose it
     assert float(w.norm()) > float(diluted[0].norm())
+
+
+def test_a_kept_ticket_counts_by_the_heads_confidence_in_its_guess() -> None:
+    """A guess the head was sure of teaches more than one it barely kept; a certain one counts what every
+    kept ticket counted before (PSEUDO_WEIGHT), so no new constant."""
+    weights = beyond.kept_weights(torch.tensor([1.0, 0.9, 0.2]))
+    assert weights == pytest.approx([PSEUDO_WEIGHT, 0.9 * PSEUDO_WEIGHT, 0.2 * PSEUDO_WEIGHT])

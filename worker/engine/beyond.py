@@ -9,9 +9,9 @@ tickets"), both opt-in (``ticketq-worker train --label-names --unlabeled FILE``)
   joins the training rows as examples of its label. For taxonomies whose names say what they mean; a set
   named ``A``, ``B``, ``cat_17`` gains nothing from it.
 - **self-training**: tickets without labels (a day of the stream, say) are labelled by the head, the more
-  confident ones are kept, each counting :data:`PSEUDO_WEIGHT` of a labelled ticket, and the head is
-  fitted again; once per share in :data:`KEEP`, the more confident half first, then more as the head
-  improves, all of them last.
+  confident ones are kept, each counting :data:`PSEUDO_WEIGHT` of a labelled ticket times the head's
+  confidence in its guess (:func:`kept_weights`), and the head is fitted again; once per share in
+  :data:`KEEP`, the more confident half first, then more as the head improves, all of them last.
 
 The L2 penalty is the one the labelled tickets' cross-validation chose, for the labelled tickets and the
 names; the kept tickets add to their loss rather than dilute it (:func:`added_penalty`). Then the whole
@@ -81,6 +81,13 @@ def added_penalty(l2: float, known: float, added: float) -> float:
     return l2 * known / (known + added)
 
 
+def kept_weights(confidence: torch.Tensor) -> list[float]:
+    """What each kept ticket counts for, against a labelled ticket's 1: :data:`PSEUDO_WEIGHT` times the
+    head's confidence in its guess, so a ticket it was sure of teaches more than one it kept barely (the
+    later rounds keep all of them). No new constant: a sure guess counts what every kept ticket did."""
+    return (PSEUDO_WEIGHT * confidence.double()).tolist()
+
+
 def refit(
     x: torch.Tensor,
     y: Sequence[int],
@@ -120,13 +127,14 @@ def refit(
             confidence, guess = torch.softmax(free @ weight.T + bias, -1).max(1)
             kept = confidence >= torch.quantile(confidence, 1.0 - keep)
             n = int(kept.sum())
-            penalty = added_penalty(l2, labelled, PSEUDO_WEIGHT * n)
+            kept_weight = kept_weights(confidence[kept])
+            penalty = added_penalty(l2, labelled, sum(kept_weight))
             weight, bias = fit_at(
                 torch.cat([known, free[kept].to(known.dtype)]),
                 targets + guess[kept].tolist(),
                 classes,
                 penalty,
-                weights + [PSEUDO_WEIGHT] * n,
+                weights + kept_weight,
                 dtype,
             )
         info.update(
@@ -134,6 +142,7 @@ def refit(
             pseudo_labelled=n,
             rounds=len(KEEP),
             pseudo_weight=PSEUDO_WEIGHT,
+            by_confidence=True,
             l2_last_round=penalty,
         )
     return weight, bias, info

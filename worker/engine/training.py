@@ -437,6 +437,7 @@ def cached_head(
         beyond_key["self_training"] = {
             "keep": list(beyond.KEEP),
             "weight": beyond.PSEUDO_WEIGHT,
+            "by_confidence": True,
             "penalty": "added",
         }
     key = digest(
