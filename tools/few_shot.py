@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--recipe", type=Recipe.parse, default=Recipe.parse("10:mean"))
     parser.add_argument("--per-label", type=int, default=8)
     parser.add_argument("--draws", type=int, default=10)
+    parser.add_argument("--first-draw", type=int, default=0, help="seed of the first draw (to run the rest)")
     parser.add_argument("--no-self-training", action="store_true")
     parser.add_argument("--no-gate", action="store_true", help="skip the out-of-fold check train makes")
     args = parser.parse_args()
@@ -67,7 +68,7 @@ def main() -> None:
         by[c].append(i)
     print(f"recipe {args.recipe}, {args.per_label} per label x {len(labels)} labels, {args.draws} draws")
     scores: dict[str, list[float]] = defaultdict(list)
-    for draw in range(args.draws):
+    for draw in range(args.first_draw, args.first_draw + args.draws):
         start = time.perf_counter()
         rng = random.Random(draw)
         picked = [i for c in sorted(by) for i in rng.sample(by[c], args.per_label)]
