@@ -81,6 +81,12 @@ def added_penalty(l2: float, known: float, added: float) -> float:
     return l2 * known / (known + added)
 
 
+def self_training() -> dict[str, Any]:
+    """How kept tickets are learnt from, beside the procedure that does it, for the key of a head trained
+    on first use (:func:`.training.cached_head`): a head self-trained otherwise retrains."""
+    return {"keep": list(KEEP), "weight": PSEUDO_WEIGHT, "by_confidence": True, "penalty": "added"}
+
+
 def kept_weights(confidence: torch.Tensor) -> list[float]:
     """What each kept ticket counts for, against a labelled ticket's 1: :data:`PSEUDO_WEIGHT` times the
     head's confidence in its guess, so a ticket it was sure of teaches more than one it kept barely (the

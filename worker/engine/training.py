@@ -434,12 +434,7 @@ def cached_head(
     if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
         beyond_key["cross_fitted"] = True
     if free_raw is not None:  # how the kept tickets are learnt from: a head self-trained otherwise retrains
-        beyond_key["self_training"] = {
-            "keep": list(beyond.KEEP),
-            "weight": beyond.PSEUDO_WEIGHT,
-            "by_confidence": True,
-            "penalty": "added",
-        }
+        beyond_key["self_training"] = beyond.self_training()
     key = digest(
         ident.model_digest,
         ident.prompt_digest,
