@@ -336,7 +336,8 @@ def one_round(
     import torch
 
     from worker import gate
-    from worker.engine.fit import L2_GRID, cross_predict, fit
+    from worker.engine.beyond import cross_refit
+    from worker.engine.fit import L2_GRID, fit
 
     classes = len(labels)
     rows, dropped = scenario_rows(base, scenario, seed, missing)
@@ -363,7 +364,9 @@ def one_round(
         y = [base.y[i] for i in rows] + [pool.y[i] for i in learnt]
         recorded = list(range(len(rows), len(y)))
         is_base = [i < len(rows) for i in range(len(y))]
-        oof = cross_predict(x, y, classes, l2=in_use.l2, fold=gate.folds_for(y, 0), train=is_base)
+        oof = (
+            cross_refit(x, y, classes, in_use.l2, fold=gate.folds_for(y, 0), train=is_base).argmax(1).tolist()
+        )
         return x, y, recorded, oof
 
     evidences: dict[bool, tuple[Any, list[int], list[int], list[int]]] = {}

@@ -114,7 +114,9 @@ def all_layers(
 
 
 def extract(args: argparse.Namespace) -> None:
-    engine = Engine.load(EngineOptions(task=args.task, head="none", dtype=args.dtype), questions=False)
+    # auto judged as the task's workers judge it (its heads' features), not by zero-shot labels
+    options = EngineOptions(task=args.task, head="none", dtype=args.dtype)
+    engine = Engine.load(options, questions=False, as_worker=True)
     info = engine.describe()
     texts, labels = read_labelled(args.tickets)
     print(f"{args.tickets}: {len(texts)} tickets; {info['model']} {info['dtype']}", file=sys.stderr)

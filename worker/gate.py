@@ -14,13 +14,17 @@ when it loses a class: recall at most :data:`LOST_RECALL` where the current head
 :data:`HAD_RECALL`. ``--force`` publishes anyway. The comparison travels with the published head (its
 ``training["gate"]`` and its ``P:heads`` entry), for the dashboard and ``ticketq-producer heads``.
 
-The verdict is plain Python (testable without torch); :func:`worker.engine.fit.cross_predict` runs the fits.
+Each side is refitted by the procedure its head was trained by: the label names where it learnt them, and
+self-training on the candidate's unlabelled tickets where it self-trained (the same tickets for both sides,
+their labels never read), so a head that self-trains is judged as it ships.
+
+The verdict is plain Python (testable without torch); :func:`worker.engine.beyond.cross_refit` runs the fits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -64,6 +68,7 @@ class Comparison:
     method: str  # "refit": the current head's training rows refitted per fold; "direct": its own labels
     reasons: list[str] = field(default_factory=list)  # why it is refused; empty: it may be published
     forced: bool = False
+    self_training: list[str] = field(default_factory=list)  # the sides refitted with it: candidate, in use
 
     @property
     def refused(self) -> bool:
@@ -80,6 +85,7 @@ class Comparison:
             "reasons": self.reasons,
             "forced": self.forced,
             "margin": MARGIN,
+            "self_training": self.self_training,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -103,6 +109,11 @@ class Comparison:
         out = [
             f"publish gate: candidate vs the head in use ({self.current_name}; {how}), out of fold on "
             f"{self.n} tickets, {self.corrections} of them corrections",
+            *(
+                [f"  self-training in every fold, as its head learnt: {' and '.join(self.self_training)}"]
+                if self.self_training
+                else []
+            ),
             f"  {'':<22}{'candidate':>10}{'in use':>10}",
             f"  {'accuracy':<22}{_pct(self.candidate.accuracy):>10}{_pct(self.current.accuracy):>10}",
         ]
@@ -277,19 +288,26 @@ def learnt_names(training: dict[str, Any]) -> bool:
     return isinstance(beyond, dict) and bool(beyond.get("label_names")) and beyond.get("used", True) is True
 
 
+def self_trained(training: dict[str, Any]) -> bool:
+    """Whether a head self-trained on unlabelled tickets: its ``training["beyond"]`` record says it was
+    offered some and train's out-of-fold check kept them (no ``used``: too few tickets to check)."""
+    beyond = training.get("beyond")
+    return isinstance(beyond, dict) and bool(beyond.get("unlabeled")) and beyond.get("used", True) is True
+
+
 def self_training_lost(in_use: dict[str, Any], candidate: dict[str, Any]) -> str | None:
     """Why a candidate cannot be judged like for like when the head in use self-trained on unlabelled
-    tickets and the candidate was offered none (their ``training`` records): the comparison refits both
-    sides from labelled tickets and names only, so it cannot see what the candidate loses (on the banking
-    example, 2.4 points held out that the gate had called better). None when nothing is lost that way; a
-    candidate that was offered them and had them dropped by its out-of-fold check lost nothing by omission."""
-    beyond, offered = in_use.get("beyond"), candidate.get("beyond")
-    if not isinstance(beyond, dict) or not beyond.get("unlabeled") or beyond.get("used", True) is not True:
-        return None
-    if isinstance(offered, dict) and offered.get("unlabeled"):
+    tickets and the candidate was offered none (their ``training`` records): without unlabelled tickets
+    the comparison refits the head in use from its labelled tickets and names only, so it cannot see what
+    the candidate loses (on the banking example, 2.4 points held out that the gate had called better).
+    None when nothing is lost that way; a candidate that was offered them and had them dropped by its
+    out-of-fold check lost nothing by omission (and the head in use self-trains on them in its folds)."""
+    offered = candidate.get("beyond")
+    if not self_trained(in_use) or (isinstance(offered, dict) and offered.get("unlabeled")):
         return None
     return (
-        f"the head in use also self-trained on {beyond['unlabeled']} unlabelled tickets and the candidate on "
+        f"the head in use also self-trained on {in_use['beyond']['unlabeled']} unlabelled tickets and the "
+        "candidate on "
         "none, which this comparison (labelled tickets and names) cannot see: give --unlabeled FILE (or the "
         "task's unlabeled_data)"
     )
@@ -310,53 +328,60 @@ def compare_with(
     seed: int,
     names: torch.Tensor | None = None,
     candidate_names: bool = False,
+    unlabeled: torch.Tensor | None = None,
+    candidate_unlabeled: bool = False,
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
     by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
-    side learns, never how it is judged: accuracy counts rows. ``names``: the features of the task's label
-    names, in its order (:func:`worker.engine.training.extras_features`); every fold of a side that learnt
-    from them (the candidate when ``candidate_names``, the head in use when :func:`learnt_names`) learns
-    from them too, as its head did. Names are not evidence: no row is judged by a head that saw it."""
-    from worker.engine.beyond import name_labels
-    from worker.engine.fit import cross_predict
+    side learns, never how it is judged: accuracy counts rows. Each side's folds learn what its head
+    learnt beside its tickets (:func:`worker.engine.beyond.cross_refit`): ``names``, the features of the
+    task's label names in its order (:func:`worker.engine.training.extras_features`), for the candidate
+    when ``candidate_names`` and for the head in use when :func:`learnt_names`; ``unlabeled``, the features
+    of the tickets nobody labelled, self-trained on by the candidate when ``candidate_unlabeled`` and by
+    the head in use when :func:`self_trained`. Neither names nor unlabelled tickets are evidence: no row
+    is judged by a head that saw it."""
+    from worker.engine.beyond import cross_refit
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    extra = None if names is None else (names, name_labels(names.shape[0], len(labels)))
-    candidate = cross_predict(
-        features,
-        y,
-        len(labels),
-        l2=l2,
-        fold=fold,
-        train=candidate_rows,
-        row_weight=candidate_weights,
-        extra=extra if candidate_names else None,
-    )
+
+    def refit(
+        rows: Sequence[bool] | None, weights: Any, penalty: float, named: bool, free: bool
+    ) -> list[int]:
+        logits = cross_refit(
+            features,
+            y,
+            len(labels),
+            penalty,
+            fold=fold,
+            train=rows,
+            row_weight=weights,
+            names=names if named else None,
+            unlabeled=unlabeled if free else None,
+        )
+        return logits.argmax(1).tolist()
+
+    has_free = unlabeled is not None and len(unlabeled) > 0
+    self_training = ["candidate"] if has_free and candidate_unlabeled else []
+    candidate = refit(candidate_rows, candidate_weights, l2, candidate_names, bool(self_training))
     method, current = "direct", None
     rows = in_use.trained_on
     if rows is not None and any(rows):
+        own = in_use.head.training
+        free = has_free and self_trained(own)
         try:
-            own_l2 = float(in_use.head.training.get("l2") or l2)
-            current = cross_predict(
-                features,
-                y,
-                len(labels),
-                l2=own_l2,
-                fold=fold,
-                train=rows,
-                row_weight=in_use.weights,
-                extra=extra if learnt_names(in_use.head.training) else None,
-            )
+            own_l2 = float(own.get("l2") or l2)
+            current = refit(rows, in_use.weights, own_l2, learnt_names(own), free)
             method = "refit"
+            self_training += ["in use"] if free else []
         except ValueError:
             current = None  # a fold without its training rows: judge it by its own labels
     if current is None:
         same = in_use.head.recipe == recipe
         x = features if same else engine.features(list(texts), in_use.head.recipe)[0]
         current = in_use.head.logits(x).argmax(1).tolist()
-    return judge(
+    comparison = judge(
         truth,
         [labels[i] for i in candidate],
         [labels[i] for i in current],
@@ -365,3 +390,4 @@ def compare_with(
         current_name=in_use.name,
         method=method,
     )
+    return replace(comparison, self_training=self_training)

@@ -26,9 +26,9 @@ and ``--unlabeled FILE`` self-trains on tickets nobody labelled (:mod:`worker.en
 or question's ``label_names`` / ``unlabeled_data`` keys are the defaults). The whole procedure is then
 cross-validated too, at the penalty the labelled tickets chose: the extras are kept only if they do not
 lower the out-of-fold accuracy, and the report prints both. With ``--from-redis`` or ``--publish`` the
-label names and the unlabelled tickets are learnt as without them (the publish gate refits each head
-per fold with the names where it learnt them, but not the self-training: it compares the labelled
-procedures, both sides alike; the new head's self-training is checked out of fold as always).
+label names and the unlabelled tickets are learnt as without them, and the publish gate refits each head
+per fold as it was trained: with the names where it learnt them, self-training on the same unlabelled
+tickets where it self-trained.
 
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
@@ -270,6 +270,7 @@ def run(ns: argparse.Namespace) -> int:
             weights,
             store.force,
             names,
+            free_x,
         )
         if comparison is not None:
             head.training["gate"] = comparison.to_dict()
@@ -326,11 +327,13 @@ def _gate(
     weights: list[float] | None,
     force: bool,
     names: Any,
+    unlabeled: Any,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
     with (workers run zero-shot). One that cannot be compared (the head in use unreadable, a label with a
     single ticket) is refused: unjudged is how issue 24's 49% head got out. ``names``: the label names'
-    features when the candidate was offered them (each side's refits learn them if its head did)."""
+    features when the candidate was offered them, ``unlabeled``: the unlabelled tickets' (each side's
+    refits learn from them if its head did)."""
     from worker import gate
     from worker.engine.training import extras_features
 
@@ -368,6 +371,8 @@ def _gate(
             seed=args.seed,
             names=names,
             candidate_names=gate.learnt_names(head.training),
+            unlabeled=unlabeled,
+            candidate_unlabeled=gate.self_trained(head.training),
         )
     except ValueError as exc:
         return unjudged(name, str(exc))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.engine.fit import cross_predict, fit, stratified_folds
+from worker.engine.beyond import cross_refit
+from worker.engine.fit import fit, stratified_folds
 
 pytestmark = pytest.mark.model
 
@@ -64,7 +65,7 @@ def test_cross_validated_accuracy_counts_rows_not_weights() -> None:
     on_rows = sum(p == t for p, t in zip(f.cv_predicted, y, strict=True)) / len(y)
     assert f.cv_accuracy == pytest.approx(on_rows)
     fold = stratified_folds(y, 5, seed=2)
-    same = cross_predict(x, y, 3, l2=f.l2, fold=fold, row_weight=weight)
+    same = cross_refit(x, y, 3, f.l2, fold=fold, row_weight=weight).argmax(1).tolist()
     assert same == f.cv_predicted  # the gate's refits and the fit's own CV agree, weights included
 
 

@@ -484,7 +484,7 @@ def test_train_from_redis_corrections_and_publish(
     assert named["beyond"]["label_names"] == len(published.labels) and "publish gate" in printed
     assert named["data"]["unlabeled"] is None
     # and self-trains on unlabelled tickets as train does anywhere (it was refused: a head published from
-    # corrections lost the self-training of the head it replaced); the gate still compares both sides
+    # corrections lost the self-training of the head it replaced); the gate compares both sides
     (tmp_path / "free.csv").write_text(
         "id,text\n" + "".join(f'u{i},"{t} (seen again)"\n' for i, t in enumerate(texts))
     )
@@ -502,7 +502,11 @@ def test_train_from_redis_corrections_and_publish(
     captured = capsys.readouterr()
     assert f"self-trained on {len(texts)} unlabelled tickets" in captured.out
     assert "not published" in captured.err
-    assert main(["train", *flags, "--from-redis", *extra, "--publish"]) == 0  # offered them: judged
+    # offered them: judged, the head in use refitted per fold with the self-training it learnt
+    assert main(["train", *flags, "--from-redis", *extra, "--publish"]) == 0
+    printed = capsys.readouterr().out
+    assert "self-training in every fold, as its head learnt:" in printed
+    assert "in use" in printed.split("self-training in every fold, as its head learnt:")[1].splitlines()[0]
 
 
 @pytest.mark.redis

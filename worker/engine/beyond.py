@@ -100,7 +100,7 @@ def refit(
     classes: int,
     l2: float,
     *,
-    first: tuple[torch.Tensor, torch.Tensor],
+    first: tuple[torch.Tensor, torch.Tensor] | None = None,
     row_weight: Sequence[float] | None = None,
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
@@ -108,24 +108,25 @@ def refit(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """The head's (weight, bias) fitted at ``l2`` on the labelled rows plus the extras, and what was added.
 
-    ``first``: the labelled-only fit (used as is when only ``unlabeled`` is given); ``names``: feature rows of
+    ``first``: the labelled-only fit, when the caller has it (used as is without ``names``; None: fitted
+    here when needed); ``names``: feature rows of
     the classes' names, one or more per class, laid out as :func:`name_texts` lays them out; ``unlabeled``:
     features of tickets without labels; ``dtype``: what the fits compute in (:data:`.fit.JUDGE_DTYPE` for a
     head that is only judged)."""
     rows, targets = [x], list(y)
     weights = [1.0] * len(targets) if row_weight is None else [float(w) for w in row_weight]
     info: dict[str, Any] = {}
-    weight, bias = first
-    if names is not None:
+    if names is None:
+        weight, bias = fit_at(x, targets, classes, l2, row_weight, dtype) if first is None else first
+    else:
         named = name_labels(names.shape[0], classes)
         rows.append(names)
         targets += named
         weights += [1.0] * len(named)
         info["label_names"] = classes
         info["name_rows"] = len(named)
+        weight, bias = fit_at(torch.cat(rows), targets, classes, l2, weights, dtype)
     known = torch.cat(rows)
-    if names is not None:
-        weight, bias = fit_at(known, targets, classes, l2, weights, dtype)
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
         labelled = sum(weights)  # the labelled rows' and names' weight: the kept tickets add to it
@@ -161,32 +162,37 @@ def cross_refit(
     l2: float,
     *,
     fold: Sequence[int],
+    train: Sequence[bool] | None = None,
     row_weight: Sequence[float] | None = None,
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
-    """(rows, classes) float32 out-of-fold logits of :func:`refit`: each fold's rows scored by a head that
-    learnt from the other folds' labelled rows plus the extras (the same for every fold: names are not
-    tickets, and the unlabelled tickets' labels are never read). ``progress(done, total)`` after each fold."""
+    """(rows, classes) float32 out-of-fold logits of :func:`refit` on the given folds: each fold's rows
+    scored by a head that learnt from the other folds' labelled rows that ``train`` selects (all of them
+    when None), weighted by ``row_weight``, plus the extras (the same for every fold: names are not
+    tickets, and the unlabelled tickets' labels are never read). Two procedures judged on the same folds
+    and labels compare fairly (the publish gate, :mod:`worker.gate`). ``progress(done, total)`` after each
+    fold; ValueError when a fold has no training rows left."""
     target = list(y)
     weight = row_weights(row_weight, len(target))
     folds = torch.tensor(list(fold), dtype=torch.long)
+    if len(folds) != len(target):
+        raise ValueError(f"{len(folds)} folds for {len(target)} rows")
+    use = torch.ones(len(target), dtype=torch.bool) if train is None else torch.tensor(list(train))
     logits = torch.empty(len(target), classes, dtype=torch.float32)
     parts = sorted(set(folds.tolist()))
     for done, f in enumerate(parts, 1):
-        train, test = folds != f, folds == f
-        rows = train.nonzero().flatten().tolist()
-        sub_y = [target[i] for i in rows]
-        sub_w = None if weight is None else weight[train].tolist()
-        first = fit_at(x[train], sub_y, classes, l2, sub_w, JUDGE_DTYPE)
+        learn, test = use & (folds != f), folds == f
+        if not bool(learn.any()):
+            raise ValueError(f"fold {f}: no training rows left")
+        rows = learn.nonzero().flatten().tolist()
         w, b, _ = refit(
-            x[train],
-            sub_y,
+            x[learn],
+            [target[i] for i in rows],
             classes,
             l2,
-            first=first,
-            row_weight=sub_w,
+            row_weight=None if weight is None else weight[learn].tolist(),
             names=names,
             unlabeled=unlabeled,
             dtype=JUDGE_DTYPE,
