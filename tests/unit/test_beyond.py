@@ -53,10 +53,14 @@ def test_label_names_join_as_one_example_each() -> None:
     first = fit_at(x, y, 3, 1e-2)
     w, b, info = refit(x, y, 3, 1e-2, first=first, names=names)
     assert info == {"label_names": 3, "name_rows": 3}
-    # exactly the fit on the rows with the names appended
-    w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2], 3, 1e-2)
+    # exactly the fit on the rows with the names appended, started from the labelled rows' fit ...
+    w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2], 3, 1e-2, start=first)
     torch.testing.assert_close(w, w2)
     torch.testing.assert_close(b, b2)
+    # ... which is where a fit from zeros goes too: the problem is convex, the start only saves steps
+    w3, b3 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2], 3, 1e-2)
+    torch.testing.assert_close(w, w3, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(b, b3, atol=1e-3, rtol=1e-3)
     assert not torch.equal(w, first[0])
     assert ((names @ w.T + b).argmax(1) == torch.arange(3)).all()
 
@@ -101,7 +105,7 @@ def test_each_name_is_read_in_every_phrasing_phrase_by_phrase() -> None:
     first = fit_at(x, y, 3, 1e-2)
     w, b, info = refit(x, y, 3, 1e-2, first=first, names=names)
     assert info == {"label_names": 3, "name_rows": 6}
-    w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2, 0, 1, 2], 3, 1e-2)
+    w2, b2 = fit_at(torch.cat([x, names]), [*y, 0, 1, 2, 0, 1, 2], 3, 1e-2, start=first)
     torch.testing.assert_close(w, w2)
     torch.testing.assert_close(b, b2)
 
@@ -152,7 +156,7 @@ def test_kept_tickets_add_to_the_known_rows_loss_instead_of_diluting_it(
     kept = [PSEUDO_WEIGHT * float(c) for c in confidence]  # each kept ticket by the head's confidence
     l2 = added_penalty(1e-1, float(len(y)), sum(kept))
     rows, weights = torch.cat([x, free]), [1.0] * len(y) + kept
-    expected = fit_at(rows, [*y, *guess], 3, l2, weights)
+    expected = fit_at(rows, [*y, *guess], 3, l2, weights, start=first)  # each round starts from the last
     torch.testing.assert_close(w, expected[0])
     torch.testing.assert_close(b, expected[1])
     diluted = fit_at(rows, [*y, *guess], 3, 1e-1, weights)  # the penalty as the labelled rows chose it

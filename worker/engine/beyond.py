@@ -125,7 +125,7 @@ def refit(
         weights += [1.0] * len(named)
         info["label_names"] = classes
         info["name_rows"] = len(named)
-        weight, bias = fit_at(torch.cat(rows), targets, classes, l2, weights, dtype)
+        weight, bias = fit_at(torch.cat(rows), targets, classes, l2, weights, dtype, start=first)
     known = torch.cat(rows)
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
@@ -143,6 +143,7 @@ def refit(
                 penalty,
                 weights + kept_weight,
                 dtype,
+                start=(weight, bias),  # the last round's head: this one's rows differ by a few kept tickets
             )
         info.update(
             unlabeled=len(free),

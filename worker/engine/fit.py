@@ -9,7 +9,9 @@ The head that ships is fitted in float64. The fits that only judge (cross-valida
 out-of-fold checks of :mod:`.beyond` and the publish gate) run in :data:`JUDGE_DTYPE`, float32, and
 within a fold each penalty starts from the solution of the next stronger one: on Banking77's full
 training split (8,000 rows x 2,304 features x 77 labels, 2-core AMD EPYC) one fold's seven penalties took
-34 s instead of 132 s, with the same held-out accuracy at every penalty (to 0.01%).
+34 s instead of 132 s, with the same held-out accuracy at every penalty (to 0.01%). Self-training's rounds
+(:func:`.beyond.refit`) likewise start each fit from the last round's head (``fit_at(start=...)``), shipped
+heads included: the problem is convex, so the start changes the steps, not the optimum.
 
 Rows may carry weights (``row_weight``): a row of weight ``w`` counts as ``w`` copies of it, in the loss
 (weighted mean cross-entropy) and in the standardization, so integer weights fit exactly what repeating the
@@ -111,9 +113,11 @@ def _train(
     l2: float,
     row_weight: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float64,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fit on raw float64 features (in ``dtype``); return float64 weights that apply to raw features."""
-    return _path(x, y, classes, [l2], row_weight, dtype)[l2]
+    """Fit on raw float64 features (in ``dtype``), from ``start`` (weights for raw features; None:
+    zeros); return float64 weights that apply to raw features."""
+    return _path(x, y, classes, [l2], row_weight, dtype, start=start)[l2]
 
 
 def _path(
@@ -124,14 +128,17 @@ def _path(
     row_weight: torch.Tensor | None = None,
     dtype: torch.dtype = torch.float64,
     each: Callable[[], None] | None = None,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[float, tuple[torch.Tensor, torch.Tensor]]:
     """One fit per penalty on the same rows (standardized once), strongest first, each starting from the
-    previous one's solution (``each()`` after each); float64 weights that apply to raw features, by
-    penalty."""
+    previous one's solution, the first from ``start`` (weights for raw features, as these return; None:
+    zeros) (``each()`` after each); float64 weights that apply to raw features, by penalty."""
     mean, std = _standardize(x, row_weight)
     xs = ((x - mean) / std).to(dtype)
     out: dict[float, tuple[torch.Tensor, torch.Tensor]] = {}
-    start = None
+    if start is not None:  # the same scores on these rows, in their standardized coordinates
+        w_raw, b_raw = start[0].to(torch.float64), start[1].to(torch.float64)
+        start = torch.where(torch.isfinite(std), w_raw * std, 0.0), b_raw + w_raw @ mean
     for l2 in sorted(set(penalties), reverse=True):
         start = _fit(xs, y, classes, l2, row_weight, start)
         w_raw = start[0].to(torch.float64) / std
@@ -148,12 +155,14 @@ def fit_at(
     l2: float,
     row_weight: Sequence[float] | None = None,
     dtype: torch.dtype = torch.float64,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One fit at a given penalty, no cross-validation: (weight, bias) as float32, for raw features;
-    computed in ``dtype`` (:data:`JUDGE_DTYPE` for a fit that is only judged)."""
+    computed in ``dtype`` (:data:`JUDGE_DTYPE` for a fit that is only judged), starting from ``start``
+    (a fit of these features, as this returns: a nearby problem's solution; None: zeros)."""
     x = features.to(torch.float64).cpu()
     target = torch.tensor(list(y), dtype=torch.long)
-    w, b = _train(x, target, classes, l2, row_weights(row_weight, len(target)), dtype)
+    w, b = _train(x, target, classes, l2, row_weights(row_weight, len(target)), dtype, start)
     return w.float(), b.float()
 
 
