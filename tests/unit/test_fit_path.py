@@ -81,7 +81,7 @@ def test_a_fit_started_from_a_nearby_problems_solution_reaches_the_same_optimum_
         steps["n"] += 1
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    torch.nn.functional.cross_entropy = counted  # type: ignore[assignment]
+    torch.nn.functional.cross_entropy = counted
     try:
         cold = _train(rows, y, 6, 1e-2)
         cold_steps, steps["n"] = steps["n"], 0
