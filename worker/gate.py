@@ -23,7 +23,7 @@ The verdict is plain Python (testable without torch); :func:`worker.engine.beyon
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -330,6 +330,7 @@ def compare_with(
     candidate_names: bool = False,
     unlabeled: torch.Tensor | None = None,
     candidate_unlabeled: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
     by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
@@ -339,12 +340,20 @@ def compare_with(
     when ``candidate_names`` and for the head in use when :func:`learnt_names`; ``unlabeled``, the features
     of the tickets nobody labelled, self-trained on by the candidate when ``candidate_unlabeled`` and by
     the head in use when :func:`self_trained`. Neither names nor unlabelled tickets are evidence: no row
-    is judged by a head that saw it."""
+    is judged by a head that saw it. ``progress(done, total)`` after each fold's fits, both sides'."""
     from worker.engine.beyond import cross_refit
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
+    parts, sides = len(set(fold)), 1 + bool(in_use.trained_on is not None and any(in_use.trained_on))
+    done = 0
+
+    def step(_done: int, _total: int) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, parts * sides)
 
     def refit(
         rows: Sequence[bool] | None, weights: Any, penalty: float, named: bool, free: bool
@@ -359,6 +368,7 @@ def compare_with(
             row_weight=weights,
             names=names if named else None,
             unlabeled=unlabeled if free else None,
+            progress=step,
         )
         return logits.argmax(1).tolist()
 

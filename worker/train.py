@@ -357,23 +357,25 @@ def _gate(
     if names is None and gate.learnt_names(current.training):
         names, _ = extras_features(engine, recipe, True, None)
     try:
-        comparison = gate.compare_with(
-            in_use,
-            engine,
-            texts,
-            x,
-            recipe,
-            labels,
-            corrected,
-            candidate_rows=learn,
-            candidate_weights=weights,
-            l2=head.training["l2"],
-            seed=args.seed,
-            names=names,
-            candidate_names=gate.learnt_names(head.training),
-            unlabeled=unlabeled,
-            candidate_unlabeled=gate.self_trained(head.training),
-        )
+        with Progress() as progress:
+            comparison = gate.compare_with(
+                in_use,
+                engine,
+                texts,
+                x,
+                recipe,
+                labels,
+                corrected,
+                candidate_rows=learn,
+                candidate_weights=weights,
+                l2=head.training["l2"],
+                seed=args.seed,
+                names=names,
+                candidate_names=gate.learnt_names(head.training),
+                unlabeled=unlabeled,
+                candidate_unlabeled=gate.self_trained(head.training),
+                progress=lambda done, total: progress("gate", done, total),
+            )
     except ValueError as exc:
         return unjudged(name, str(exc))
     lost = gate.self_training_lost(current.training, head.training)
@@ -396,7 +398,7 @@ def _counter(progress: Progress, total: int, stage: str = "features") -> Any:
 
 
 class Progress:
-    """tqdm bars for the stages (features, unlabeled, fit, extras), on a terminal only."""
+    """tqdm bars for the stages (features, unlabeled, fit, extras, gate), on a terminal only."""
 
     def __enter__(self) -> Progress:
         self.bars: dict[str, Any] = {}
@@ -408,7 +410,9 @@ class Progress:
         if stage not in self.bars:
             for bar in self.bars.values():
                 bar.close()
-            unit = {"features": "ticket", "unlabeled": "ticket", "extras": "fold"}.get(stage, "fit")
+            unit = {"features": "ticket", "unlabeled": "ticket", "extras": "fold", "gate": "fold"}.get(
+                stage, "fit"
+            )
             self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
         bar = self.bars[stage]
         bar.update(done - bar.n)

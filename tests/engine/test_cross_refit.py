@@ -155,7 +155,10 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
     engine = SimpleNamespace(task=SimpleNamespace(labels=labels))
     truth = [labels[t] for t in y]
 
+    steps: list[tuple[int, int]] = []
+
     def compare(candidate: bool, in_use: dict, unlabeled: torch.Tensor | None = free) -> gate.Comparison:
+        steps.clear()
         head = SimpleNamespace(training={"l2": 1e-3, "beyond": in_use}, recipe=None)
         return gate.compare_with(
             gate.InUse(head, "version 1", rows),
@@ -170,6 +173,7 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
             seed=0,
             unlabeled=unlabeled,
             candidate_unlabeled=candidate,
+            progress=lambda done, total: steps.append((done, total)),
         )
 
     used = {"unlabeled": 600, "used": True}
@@ -178,6 +182,7 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
     assert both.candidate.accuracy == both.current.accuracy == 1.0
     assert "self-training in every fold, as its head learnt: candidate and in use" in "\n".join(both.lines())
     assert both.to_dict()["self_training"] == ["candidate", "in use"]
+    assert steps == [(i, 10) for i in range(1, 11)]  # five folds per side, both sides refitted
     gained = compare(True, {})
     assert (
         gained.self_training == ["candidate"] and gained.candidate.accuracy > gained.current.accuracy + 0.05
