@@ -3,11 +3,16 @@ its head learnt (label names, self-training); the publish gate refits each side 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pytest
 import torch
 
 from worker.engine.beyond import cross_refit
 from worker.engine.fit import stratified_folds
+
+if TYPE_CHECKING:
+    from worker.gate import Comparison
 
 pytestmark = pytest.mark.model
 
@@ -17,6 +22,22 @@ def clusters(n: int = 30) -> tuple[torch.Tensor, list[int]]:
     centres = torch.tensor([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 4.0]])
     x = torch.cat([c + torch.randn(n, 3, generator=gen) for c in centres])
     return x, [c for c in range(3) for _ in range(n)]
+
+
+def compared(x: torch.Tensor, truth: list[str], rows: list[bool], beyond: dict, **kw: Any) -> Comparison:
+    """gate.compare_with on evidence ``x`` labelled ``truth``, whose candidate and head in use (its
+    ``training["beyond"]`` record as given) both learnt ``rows``, at L2 1e-3; ``kw``: the extras."""
+    from types import SimpleNamespace
+
+    from worker import gate
+
+    labels = sorted(set(truth))
+    head = SimpleNamespace(training={"l2": 1e-3, "beyond": beyond}, recipe=None)
+    engine = SimpleNamespace(task=SimpleNamespace(labels=labels))
+    in_use = gate.InUse(head, "version 1", rows)
+    return gate.compare_with(
+        in_use, engine, truth, x, None, truth, [], candidate_rows=rows, l2=1e-3, seed=0, **kw
+    )
 
 
 def test_out_of_fold_predictions_of_separable_classes_are_right() -> None:
@@ -57,34 +78,15 @@ def test_label_names_are_learnt_in_every_fold_and_never_judged() -> None:
 def test_the_publish_gate_refits_each_side_with_the_label_names_it_learnt() -> None:
     """The candidate's folds learn the names when it did; the head in use's when its record says so
     (gate.learnt_names). Evidence without class 2 among the training rows: only names teach it."""
-    from types import SimpleNamespace
-
     from worker import gate
 
     x, y = clusters()
     names = torch.tensor([[4.0, 0.0, 0.0], [0.0, 4.0, 0.0], [0.0, 0.0, 4.0]])
     labels = ["a", "b", "c"]
-    engine = SimpleNamespace(task=SimpleNamespace(labels=labels))
-    truth = [labels[t] for t in y]
-    rows = [t != 2 for t in y]
+    truth, rows = [labels[t] for t in y], [t != 2 for t in y]
 
     def compare(candidate_names: bool, beyond: dict) -> gate.Comparison:
-        head = SimpleNamespace(training={"l2": 1e-3, "beyond": beyond}, recipe=None)
-        in_use = gate.InUse(head, "version 1", rows)
-        return gate.compare_with(
-            in_use,
-            engine,
-            truth,
-            x,
-            None,
-            truth,
-            [],
-            candidate_rows=rows,
-            l2=1e-3,
-            seed=0,
-            names=names,
-            candidate_names=candidate_names,
-        )
+        return compared(x, truth, rows, beyond, names=names, candidate_names=candidate_names)
 
     plain = compare(False, {})
     assert plain.method == "refit" and plain.candidate.recall["c"] == plain.current.recall["c"] == 0.0
@@ -146,31 +148,19 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
     ``candidate_unlabeled``, the head in use when its record says so: gate.self_trained), so a head that
     ships self-trained is judged as it ships. Here self-training is worth 10 points: whichever side lacks
     it loses them, and a candidate that drops the head in use's self-training is refused."""
-    from types import SimpleNamespace
-
     from worker import gate
 
     x, y, rows, free = bands()
-    labels = ["a", "b"]
-    engine = SimpleNamespace(task=SimpleNamespace(labels=labels))
-    truth = [labels[t] for t in y]
-
+    truth = [["a", "b"][t] for t in y]
     steps: list[tuple[int, int]] = []
 
     def compare(candidate: bool, in_use: dict, unlabeled: torch.Tensor | None = free) -> gate.Comparison:
         steps.clear()
-        head = SimpleNamespace(training={"l2": 1e-3, "beyond": in_use}, recipe=None)
-        return gate.compare_with(
-            gate.InUse(head, "version 1", rows),
-            engine,
-            truth,
+        return compared(
             x,
-            None,
             truth,
-            [],
-            candidate_rows=rows,
-            l2=1e-3,
-            seed=0,
+            rows,
+            in_use,
             unlabeled=unlabeled,
             candidate_unlabeled=candidate,
             progress=lambda done, total: steps.append((done, total)),
