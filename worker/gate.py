@@ -326,27 +326,28 @@ def compare_with(
     candidate_weights: Sequence[float] | None = None,
     l2: float,
     seed: int,
+    candidate: dict[str, Any] | None = None,
     names: torch.Tensor | None = None,
-    candidate_names: bool = False,
     unlabeled: torch.Tensor | None = None,
-    candidate_unlabeled: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
     by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
     side learns, never how it is judged: accuracy counts rows. Each side's folds learn what its head
-    learnt beside its tickets (:func:`worker.engine.beyond.cross_refit`): ``names``, the features of the
-    task's label names in its order (:func:`worker.engine.training.extras_features`), for the candidate
-    when ``candidate_names`` and for the head in use when :func:`learnt_names`; ``unlabeled``, the features
-    of the tickets nobody labelled, self-trained on by the candidate when ``candidate_unlabeled`` and by
-    the head in use when :func:`self_trained`. Neither names nor unlabelled tickets are evidence: no row
-    is judged by a head that saw it. ``progress(done, total)`` after each fold's fits, both sides'."""
+    learnt beside its tickets, as its ``training`` record says (``candidate``: the candidate's; None:
+    nothing) (:func:`worker.engine.beyond.cross_refit`): ``names``, the features of the task's label names
+    in its order (:func:`worker.engine.training.extras_features`), where :func:`learnt_names`; ``unlabeled``,
+    the features of the tickets nobody labelled, self-trained on where :func:`self_trained`. Neither names
+    nor unlabelled tickets are evidence: no row is judged by a head that saw it. ``progress(done, total)``
+    after each fold's fits, both sides'."""
     from worker.engine.beyond import cross_refit
 
     labels = list(engine.task.labels)
     y = [labels.index(t) for t in truth]
     fold = folds_for(y, seed)
-    parts, sides = len(set(fold)), 1 + bool(in_use.trained_on is not None and any(in_use.trained_on))
+    rows = in_use.trained_on
+    refits_in_use = rows is not None and any(rows)  # else it is judged by its own labels
+    parts, sides = len(set(fold)), 1 + refits_in_use
     done = 0
 
     def step(_done: int, _total: int) -> None:
@@ -355,36 +356,34 @@ def compare_with(
         if progress:
             progress(done, parts * sides)
 
-    def refit(
-        rows: Sequence[bool] | None, weights: Any, penalty: float, named: bool, free: bool
-    ) -> list[int]:
+    has_free = unlabeled is not None and len(unlabeled) > 0
+    self_training: list[str] = []
+
+    def refit(side: str, training: dict[str, Any], train: Any, weights: Any, penalty: float) -> list[int]:
+        free = has_free and self_trained(training)
         logits = cross_refit(
             features,
             y,
             len(labels),
             penalty,
             fold=fold,
-            train=rows,
+            train=train,
             row_weight=weights,
-            names=names if named else None,
+            names=names if learnt_names(training) else None,
             unlabeled=unlabeled if free else None,
             progress=step,
         )
+        if free:
+            self_training.append(side)
         return logits.argmax(1).tolist()
 
-    has_free = unlabeled is not None and len(unlabeled) > 0
-    self_training = ["candidate"] if has_free and candidate_unlabeled else []
-    candidate = refit(candidate_rows, candidate_weights, l2, candidate_names, bool(self_training))
+    predicted = refit("candidate", candidate or {}, candidate_rows, candidate_weights, l2)
     method, current = "direct", None
-    rows = in_use.trained_on
-    if rows is not None and any(rows):
+    if refits_in_use:
         own = in_use.head.training
-        free = has_free and self_trained(own)
         try:
-            own_l2 = float(own.get("l2") or l2)
-            current = refit(rows, in_use.weights, own_l2, learnt_names(own), free)
+            current = refit("in use", own, rows, in_use.weights, float(own.get("l2") or l2))
             method = "refit"
-            self_training += ["in use"] if free else []
         except ValueError:
             current = None  # a fold without its training rows: judge it by its own labels
     if current is None:
@@ -393,7 +392,7 @@ def compare_with(
         current = in_use.head.logits(x).argmax(1).tolist()
     comparison = judge(
         truth,
-        [labels[i] for i in candidate],
+        [labels[i] for i in predicted],
         [labels[i] for i in current],
         corrected,
         labels,

@@ -370,10 +370,9 @@ def _gate(
                 candidate_weights=weights,
                 l2=head.training["l2"],
                 seed=args.seed,
+                candidate=head.training,
                 names=names,
-                candidate_names=gate.learnt_names(head.training),
                 unlabeled=unlabeled,
-                candidate_unlabeled=gate.self_trained(head.training),
                 progress=lambda done, total: progress("gate", done, total),
             )
     except ValueError as exc:

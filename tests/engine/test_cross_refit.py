@@ -86,7 +86,8 @@ def test_the_publish_gate_refits_each_side_with_the_label_names_it_learnt() -> N
     truth, rows = [labels[t] for t in y], [t != 2 for t in y]
 
     def compare(candidate_names: bool, beyond: dict) -> gate.Comparison:
-        return compared(x, truth, rows, beyond, names=names, candidate_names=candidate_names)
+        learnt = {"beyond": {"label_names": 3, "used": True}} if candidate_names else {}
+        return compared(x, truth, rows, beyond, names=names, candidate=learnt)
 
     plain = compare(False, {})
     assert plain.method == "refit" and plain.candidate.recall["c"] == plain.current.recall["c"] == 0.0
@@ -144,10 +145,10 @@ def test_self_training_in_every_fold_learns_what_the_labelled_rows_cannot_show()
 
 
 def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
-    """Each side's folds self-train on the unlabelled tickets when its head did (the candidate when
-    ``candidate_unlabeled``, the head in use when its record says so: gate.self_trained), so a head that
-    ships self-trained is judged as it ships. Here self-training is worth 10 points: whichever side lacks
-    it loses them, and a candidate that drops the head in use's self-training is refused."""
+    """Each side's folds self-train on the unlabelled tickets when its head's training record says it did
+    (gate.self_trained), so a head that ships self-trained is judged as it ships. Here self-training is
+    worth 10 points: whichever side lacks it loses them, and a candidate that drops the head in use's
+    self-training is refused."""
     from worker import gate
 
     x, y, rows, free = bands()
@@ -162,7 +163,7 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
             rows,
             in_use,
             unlabeled=unlabeled,
-            candidate_unlabeled=candidate,
+            candidate={"beyond": {"unlabeled": 600, "used": True}} if candidate else {},
             progress=lambda done, total: steps.append((done, total)),
         )
 

@@ -117,17 +117,18 @@ def refit(
     rows, targets = [x], list(y)
     weights = [1.0] * len(targets) if row_weight is None else [float(w) for w in row_weight]
     info: dict[str, Any] = {}
-    if names is None:
-        weight, bias = fit_at(x, targets, classes, l2, row_weight, dtype) if first is None else first
-    else:
+    if names is not None:
         named = name_labels(names.shape[0], classes)
         rows.append(names)
         targets += named
         weights += [1.0] * len(named)
         info["label_names"] = classes
         info["name_rows"] = len(named)
-        weight, bias = fit_at(torch.cat(rows), targets, classes, l2, weights, dtype, start=first)
     known = torch.cat(rows)
+    if names is not None:
+        weight, bias = fit_at(known, targets, classes, l2, weights, dtype, start=first)
+    else:
+        weight, bias = fit_at(x, targets, classes, l2, row_weight, dtype) if first is None else first
     if unlabeled is not None and len(unlabeled):
         free = unlabeled.float()
         labelled = sum(weights)  # the labelled rows' and names' weight: the kept tickets add to it
