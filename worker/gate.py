@@ -16,7 +16,9 @@ when it loses a class: recall at most :data:`LOST_RECALL` where the current head
 
 Each side is refitted by the procedure its head was trained by: the label names where it learnt them, and
 self-training on the candidate's unlabelled tickets where it self-trained (the same tickets for both sides,
-their labels never read), so a head that self-trains is judged as it ships.
+their labels never read), so a head that self-trains is judged as it ships. A candidate whose training ran
+that very procedure out of fold on these folds (``train``'s check of its extras) is judged by those
+predictions rather than refitted again.
 
 The verdict is plain Python (testable without torch); :func:`worker.engine.beyond.cross_refit` runs the fits.
 """
@@ -30,9 +32,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+    from worker.engine.head import OutOfFold
+
 MARGIN = 0.01  # overall out-of-fold accuracy the candidate may lose and still be published (noise)
 LOST_RECALL = 0.1  # a class the candidate recalls this little or less ...
 HAD_RECALL = 0.5  # ... where the current head recalled at least this much, is lost
+FROM_TRAINING = "its training's own out-of-fold check (the same folds and procedure), not run again"
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Comparison:
     reasons: list[str] = field(default_factory=list)  # why it is refused; empty: it may be published
     forced: bool = False
     self_training: list[str] = field(default_factory=list)  # the sides refitted with it: candidate, in use
+    # the candidate judged by its own training's out-of-fold check (same folds, same procedure), not refitted
+    candidate_from_training: bool = False
 
     @property
     def refused(self) -> bool:
@@ -86,6 +93,7 @@ class Comparison:
             "forced": self.forced,
             "margin": MARGIN,
             "self_training": self.self_training,
+            "candidate_from_training": self.candidate_from_training,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -114,6 +122,7 @@ class Comparison:
                 if self.self_training
                 else []
             ),
+            *([f"  candidate: {FROM_TRAINING}"] if self.candidate_from_training else []),
             f"  {'':<22}{'candidate':>10}{'in use':>10}",
             f"  {'accuracy':<22}{_pct(self.candidate.accuracy):>10}{_pct(self.current.accuracy):>10}",
         ]
@@ -329,6 +338,7 @@ def compare_with(
     candidate: dict[str, Any] | None = None,
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
+    candidate_out_of_fold: OutOfFold | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
@@ -339,7 +349,13 @@ def compare_with(
     in its order (:func:`worker.engine.training.extras_features`), where :func:`learnt_names`; ``unlabeled``,
     the features of the tickets nobody labelled, self-trained on where :func:`self_trained`. Neither names
     nor unlabelled tickets are evidence: no row is judged by a head that saw it. ``progress(done, total)``
-    after each fold's fits, both sides'."""
+    after each fold's fits, both sides'.
+
+    ``candidate_out_of_fold``: the candidate's training's own out-of-fold predictions, when that training
+    learnt every evidence row with these weights, names and unlabelled tickets at ``l2`` (``train``'s
+    check of its extras, :func:`worker.engine.beyond.cross_refit`): on the same folds, with every label in
+    the evidence, they are what refitting the candidate would give, and are used instead (on the banking
+    example, half the gate's cost when both sides self-train)."""
     from worker.engine.beyond import cross_refit
 
     labels = list(engine.task.labels)
@@ -347,7 +363,14 @@ def compare_with(
     fold = folds_for(y, seed)
     rows = in_use.trained_on
     refits_in_use = rows is not None and any(rows)  # else it is judged by its own labels
-    parts, sides = len(set(fold)), 1 + refits_in_use
+    reuse = (
+        candidate_out_of_fold is not None
+        and (candidate_rows is None or all(candidate_rows))
+        and len(set(y)) == len(labels)
+        and tuple(fold) == candidate_out_of_fold.folds
+        and len(candidate_out_of_fold.predicted) == len(y)
+    )
+    parts, sides = len(set(fold)), (not reuse) + refits_in_use
     done = 0
 
     def step(_done: int, _total: int) -> None:
@@ -377,7 +400,12 @@ def compare_with(
             self_training.append(side)
         return logits.argmax(1).tolist()
 
-    predicted = refit("candidate", candidate or {}, candidate_rows, candidate_weights, l2)
+    if reuse and candidate_out_of_fold is not None:
+        predicted = list(candidate_out_of_fold.predicted)
+        if has_free and self_trained(candidate or {}):
+            self_training.append("candidate")
+    else:
+        predicted = refit("candidate", candidate or {}, candidate_rows, candidate_weights, l2)
     method, current = "direct", None
     if refits_in_use:
         own = in_use.head.training
@@ -399,4 +427,4 @@ def compare_with(
         current_name=in_use.name,
         method=method,
     )
-    return replace(comparison, self_training=self_training)
+    return replace(comparison, self_training=self_training, candidate_from_training=reuse)

@@ -373,6 +373,7 @@ def _gate(
                 candidate=head.training,
                 names=names,
                 unlabeled=unlabeled,
+                candidate_out_of_fold=head.out_of_fold,
                 progress=lambda done, total: progress("gate", done, total),
             )
     except ValueError as exc:

@@ -186,3 +186,74 @@ def test_the_publish_gate_self_trains_each_side_that_self_trained() -> None:
     # no unlabelled tickets to refit with: both sides without, and train refuses by self_training_lost
     blind = compare(False, used, None)
     assert blind.self_training == [] and blind.candidate.accuracy == blind.current.accuracy
+
+
+def test_the_gate_takes_the_candidates_own_out_of_fold_check_when_it_ran_the_same_procedure() -> None:
+    """train's check of its extras runs the candidate's whole procedure (labelled rows + self-training) out
+    of fold, on the folds the gate draws: the gate takes those predictions instead of running it again.
+    They must be exactly what the gate's own refit gives; a candidate that did not learn every evidence
+    row was checked on other folds and is refitted."""
+    from types import SimpleNamespace
+
+    from worker import gate
+    from worker.engine.recipe import Recipe
+    from worker.engine.training import train_head
+
+    gen = torch.Generator().manual_seed(1)
+    x, y = clusters()
+    x = x / 2.5 + torch.randn(x.shape, generator=gen)  # overlapping: some rows predicted wrong
+    free = torch.cat([c / 2.5 + torch.randn(200, 3, generator=gen) for c in torch.eye(3) * 4])
+    labels = ["a", "b", "c"]
+    truth = [labels[t] for t in y]
+    identity = SimpleNamespace(model="m", model_digest="d", prompt_digest="p")
+    engine = SimpleNamespace(
+        task=SimpleNamespace(labels=labels, recipe=None),
+        n_layers=4,
+        identity=identity,
+        loaded=SimpleNamespace(dtype_name="float32"),
+    )
+    head = train_head(engine, truth, truth, seed=0, recipe=Recipe.one(1), features=x, unlabeled=free)
+    assert head.training["beyond"]["used"] is True and head.out_of_fold is not None
+    l2 = head.training["l2"]
+    fold = gate.folds_for(y, 0)
+    assert head.out_of_fold.folds == tuple(fold)
+    again = cross_refit(x, y, 3, l2, fold=fold, unlabeled=free).argmax(1).tolist()
+    assert list(head.out_of_fold.predicted) == again and again != y  # the same, and not trivially right
+
+    in_use = gate.InUse(
+        SimpleNamespace(training={"l2": l2, "beyond": {"unlabeled": 600, "used": True}}, recipe=None),
+        "version 1",
+        [True] * len(y),
+    )
+    steps: list[tuple[int, int]] = []
+
+    def compare(**kw: Any) -> Comparison:
+        steps.clear()
+        return gate.compare_with(
+            in_use,
+            engine,
+            truth,
+            x,
+            None,
+            truth,
+            [],
+            l2=l2,
+            seed=0,
+            candidate=head.training,
+            unlabeled=free,
+            progress=lambda done, total: steps.append((done, total)),
+            **kw,
+        )
+
+    rerun = compare()
+    assert not rerun.candidate_from_training and len(steps) == 2 * len(set(fold))
+    reused = compare(candidate_out_of_fold=head.out_of_fold)
+    assert reused.candidate_from_training and steps == [(i, 5) for i in range(1, 6)]  # the head in use's
+    assert reused.candidate == rerun.candidate and reused.current == rerun.current
+    assert reused.self_training == rerun.self_training == ["candidate", "in use"]
+    assert "its training's own out-of-fold check" in "\n".join(reused.lines())
+    assert reused.to_dict()["candidate_from_training"] is True
+    partial = compare(
+        candidate_out_of_fold=head.out_of_fold, candidate_rows=[i % 9 != 0 for i in range(len(y))]
+    )
+    assert not partial.candidate_from_training

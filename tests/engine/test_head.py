@@ -494,6 +494,8 @@ def test_train_from_redis_corrections_and_publish(
     free = Head.load(tmp_path / "u.head").training
     assert free["data"]["unlabeled"] == "free.csv" and free["beyond"]["unlabeled"] == len(texts)
     assert "publish gate" in printed and free["gate"]["candidate"] is not None
+    # a candidate whose check kept the extras is judged by that check's out-of-fold predictions, not rerun
+    assert free["gate"]["candidate_from_training"] is free["beyond"]["used"]
     # a head in use that self-trained is not compared like for like with a candidate that did not: refused
     in_use = Head.load(tmp_path / "u.head")
     in_use.training["beyond"] = {**in_use.training["beyond"], "used": True}  # as a real model keeps them

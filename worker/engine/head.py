@@ -55,6 +55,17 @@ def digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class OutOfFold:
+    """How the procedure that trained a head predicted its own training tickets out of fold: each ticket's
+    fold and its predicted label (an index into the head's labels). Kept in memory by ``train`` for the
+    publish gate, which judges the candidate on the same folds by the same procedure and need not run it
+    again (:func:`worker.gate.compare_with`)."""
+
+    folds: tuple[int, ...]
+    predicted: tuple[int, ...]
+
+
 @dataclass(eq=False)
 class Head:
     labels: tuple[str, ...]
@@ -72,6 +83,9 @@ class Head:
     # Results whose calibrated confidence is below this go to review; chosen by ``train`` for the task's
     # ``auto_accuracy`` (training["auto_accuracy"], training["expected_coverage"]). None: not chosen.
     review_below: float | None = None
+    # set by training when its out-of-fold check refitted the head's whole procedure (labelled tickets
+    # with names or unlabelled tickets); not part of the file
+    out_of_fold: OutOfFold | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.labels = tuple(self.labels)

@@ -16,7 +16,7 @@ import torch
 from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
 from .fit import L2_GRID, Fit, confusion, fit, stratified_folds
-from .head import Head, HeadError, Identity, digest
+from .head import Head, HeadError, Identity, OutOfFold, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
 from .recipe import Preset, Recipe, resolve
@@ -179,6 +179,10 @@ def train_head(
     weight[rows], bias[rows] = learnt, bias_learnt
     ident = engine.identity
     counts = Counter(labels)
+    checked = None
+    if out.folds is not None and cv_predicted is not None:
+        task_rows = rows.tolist()
+        checked = OutOfFold(tuple(out.folds), tuple(task_rows[p] for p in cv_predicted))
     return Head(
         labels=tuple(task_labels),
         weight=weight,
@@ -205,6 +209,7 @@ def train_head(
             **calibration,
             **({"beyond": beyond_info} if beyond_info else {}),
         },
+        out_of_fold=checked,
     )
 
 
@@ -219,6 +224,7 @@ class Outcome:
     accuracy: float | None
     confusion: list[list[int]] | None = None
     beyond: dict[str, Any] = field(default_factory=dict)
+    folds: list[int] | None = None  # where the out-of-fold numbers are :func:`.beyond.cross_refit`'s
 
     @classmethod
     def of(cls, result: Fit) -> Outcome:
@@ -268,7 +274,14 @@ def checked_extras(
         return replace(plain, beyond={**unused, **checked})
     weight, bias, info = beyond.refit(x, y, classes, l2, first=first, row_weight=row_weight, **extras)
     return Outcome(
-        weight, bias, tried, predicted, with_extras, confusion(y, predicted, classes), {**info, **checked}
+        weight,
+        bias,
+        tried,
+        predicted,
+        with_extras,
+        confusion(y, predicted, classes),
+        {**info, **checked},
+        folds,
     )
 
 
