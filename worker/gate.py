@@ -363,14 +363,15 @@ def compare_with(
     fold = folds_for(y, seed)
     rows = in_use.trained_on
     refits_in_use = rows is not None and any(rows)  # else it is judged by its own labels
-    reuse = (
-        candidate_out_of_fold is not None
+    reused = (
+        candidate_out_of_fold
+        if candidate_out_of_fold is not None
         and (candidate_rows is None or all(candidate_rows))
         and len(set(y)) == len(labels)
-        and tuple(fold) == candidate_out_of_fold.folds
-        and len(candidate_out_of_fold.predicted) == len(y)
+        and candidate_out_of_fold.folds == tuple(fold)
+        else None
     )
-    parts, sides = len(set(fold)), (not reuse) + refits_in_use
+    parts, sides = len(set(fold)), (reused is None) + refits_in_use
     done = 0
 
     def step(_done: int, _total: int) -> None:
@@ -396,12 +397,12 @@ def compare_with(
             unlabeled=unlabeled if free else None,
             progress=step,
         )
-        if free:
+        if free:  # after the fits: a side they could not refit is judged by its own labels
             self_training.append(side)
         return logits.argmax(1).tolist()
 
-    if reuse and candidate_out_of_fold is not None:
-        predicted = list(candidate_out_of_fold.predicted)
+    if reused is not None:
+        predicted = list(reused.predicted)
         if has_free and self_trained(candidate or {}):
             self_training.append("candidate")
     else:
@@ -427,4 +428,4 @@ def compare_with(
         current_name=in_use.name,
         method=method,
     )
-    return replace(comparison, self_training=self_training, candidate_from_training=reuse)
+    return replace(comparison, self_training=self_training, candidate_from_training=reused is not None)
