@@ -11,7 +11,8 @@ honest on the rows it never saw, flattered on those it did, so the gate errs tow
 
 Refused when the candidate's out-of-fold accuracy is more than :data:`MARGIN` below the current head's, or
 when it loses a class: recall at most :data:`LOST_RECALL` where the current head had at least
-:data:`HAD_RECALL`. ``--force`` publishes anyway. The comparison travels with the published head (its
+:data:`HAD_RECALL`, on a label with :data:`LOST_MIN_TICKETS` tickets or more in the evidence (on fewer, one
+ticket decides). ``--force`` publishes anyway. The comparison travels with the published head (its
 ``training["gate"]`` and its ``P:heads`` entry), for the dashboard and ``ticketq-producer heads``.
 
 Each side is refitted by the procedure its head was trained by: the label names where it learnt them, and
@@ -25,6 +26,7 @@ The verdict is plain Python (testable without torch); :func:`worker.engine.beyon
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 MARGIN = 0.01  # overall out-of-fold accuracy the candidate may lose and still be published (noise)
 LOST_RECALL = 0.1  # a class the candidate recalls this little or less ...
 HAD_RECALL = 0.5  # ... where the current head recalled at least this much, is lost
+LOST_MIN_TICKETS = 3  # judged only for a label with this many tickets in the evidence
 FROM_TRAINING = "its training's own out-of-fold check (the same folds and procedure), not run again"
 
 
@@ -160,6 +163,7 @@ def judge(
             f"judge needs one label per row from each: {len(truth)}, {len(candidate)}, {len(current)}"
         )
     cand, cur = _side(truth, candidate, corrected, labels), _side(truth, current, corrected, labels)
+    truth_counts = Counter(truth)
     reasons = []
     if cand.accuracy < cur.accuracy - margin:
         reasons.append(
@@ -168,6 +172,8 @@ def judge(
         )
     for label in labels:
         had, has = cur.recall.get(label), cand.recall.get(label)
+        if truth_counts[label] < LOST_MIN_TICKETS:
+            continue  # a ticket or two: one of them right or wrong is not a lost label
         if had is not None and has is not None and had >= HAD_RECALL and has <= LOST_RECALL:
             reasons.append(f"it loses {label!r} (recall {_pct(has)}, the head in use {_pct(had)})")
     return Comparison(len(truth), len(corrected), cand, cur, current_name, method, reasons)
@@ -190,16 +196,13 @@ def _side(
 
 
 def folds_for(y: Sequence[int], seed: int) -> list[int]:
-    """Stratified folds over the evidence: as many as the rarest label allows, at most the fit's
-    :data:`worker.engine.fit.FOLDS`."""
-    from worker.engine.fit import FOLDS, stratified_folds
+    """Stratified folds over the evidence, as many as the candidate's own cross-validation deals
+    (:func:`worker.engine.fit.fold_count`), so its training's out-of-fold check can stand in for a refit."""
+    from worker.engine.fit import fold_count, stratified_folds
 
-    counts: dict[int, int] = {}
-    for v in y:
-        counts[v] = counts.get(v, 0) + 1
-    k = min(FOLDS, min(counts.values()))
-    if k < 2:
-        raise ValueError("a label has a single ticket: too few to compare heads out of fold")
+    k = fold_count(y)
+    if not k:
+        raise ValueError("no label has two tickets: too few to compare heads out of fold")
     return stratified_folds(y, k, seed)
 
 

@@ -330,8 +330,8 @@ def _gate(
     unlabeled: Any,
 ) -> Any:
     """The candidate against the head in use (:mod:`worker.gate`); None when there is none to compare
-    with (workers run zero-shot). One that cannot be compared (the head in use unreadable, a label with a
-    single ticket) is refused: unjudged is how issue 24's 49% head got out. ``names``: the label names'
+    with (workers run zero-shot). One that cannot be compared (the head in use unreadable, no label with
+    two tickets) is refused: unjudged is how issue 24's 49% head got out. ``names``: the label names'
     features when the candidate was offered them, ``unlabeled``: the unlabelled tickets' (each side's
     refits learn from them if its head did)."""
     from worker import gate
@@ -523,8 +523,14 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     if t.get("missing"):
         lines.append(f"warning: no tickets for {', '.join(t['missing'])}: the head will never choose them")
     if t.get("cv_accuracy") is None:
-        lines.append("cross-validation: skipped (a label has a single ticket); L2 1e-2")
+        lines.append("cross-validation: skipped (no label has two tickets); L2 1e-2")
         return "\n".join(lines)
+    rare = [lab for lab, n in t["counts"].items() if 0 < n < t["cv_folds"]]
+    if rare:
+        lines.append(
+            f"note: fewer than {t['cv_folds']} tickets for {', '.join(rare)}: out of fold, each of their "
+            "tickets is judged by heads that saw fewer of them (label more to judge them better)"
+        )
     kept = (t.get("data") or {}).get("l2_from") == "in-use"
     lines += [
         f"cross-validated accuracy: {t['cv_accuracy']:.1%} ({t['cv_folds']}-fold, L2 {t['l2']:g}"

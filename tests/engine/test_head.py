@@ -176,6 +176,28 @@ def test_a_label_without_tickets_is_never_chosen(engine: Engine) -> None:
         engine.use_head(None)
 
 
+def test_a_label_with_one_ticket_keeps_cross_validation_and_calibration_for_the_head(engine: Engine) -> None:
+    """A new intent with a single labelled ticket used to turn cross-validation off for the whole head: no
+    chosen penalty, temperature 1, no review threshold (auto_accuracy refused), extras unchecked."""
+    from worker.train import report
+
+    texts, labels = labelled(8)
+    others = [i for i, lab in enumerate(labels) if lab != "account"]
+    keep = [*others[:16], labels.index("account")]
+    texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
+    h = train_head(engine, texts, labels, seed=3, auto_accuracy=0.9)
+    t = h.training
+    assert t["counts"]["account"] == 1 and t["cv_folds"] == 5 and t["cv_accuracy"] is not None
+    assert "cv_ece" in t and h.temperature != 1.0 and h.review_below is not None
+    text = report(h, {"model": "tiny", "dtype": "float32", "task": "t", "layers": 2}, "f.csv", 1.0)
+    assert "note: fewer than 5 tickets for account" in text and "skipped" not in text
+    engine.use_head(h)
+    try:  # the head learnt the one ticket's label
+        assert engine.classify([texts[-1]])[0][0].label == "account"
+    finally:
+        engine.use_head(None)
+
+
 def test_train_command_writes_a_head_and_prints_cv(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

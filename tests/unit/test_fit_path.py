@@ -3,9 +3,11 @@ what a cold float64 fit at that penalty reaches (the head that ships is still fi
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from worker.engine.fit import L2_GRID, _path, _standardize, _train, fit, stratified_folds
+from worker.engine.fit import L2_GRID, _path, _standardize, _train, fit, fold_count, stratified_folds
+from worker.gate import folds_for
 
 
 def overlapping(n: int = 40, classes: int = 6, d: int = 24, seed: int = 0) -> tuple[torch.Tensor, list[int]]:
@@ -97,3 +99,29 @@ def test_a_fit_started_from_a_nearby_problems_solution_reaches_the_same_optimum_
 
     assert abs(reached(*warm) - reached(*cold)) < 1e-6
     torch.testing.assert_close(warm[0], cold[0], atol=1e-3, rtol=1e-3)
+
+
+def test_a_rare_label_does_not_turn_cross_validation_off_for_every_other_label() -> None:
+    """Folds are as many as the most frequent label fills: a label with one or two tickets sits in one or
+    two folds (judged there by heads that saw fewer of its tickets), and the others keep five."""
+    assert fold_count([0] * 10 + [1] * 10 + [2]) == 5
+    assert fold_count([0] * 3 + [1]) == 3 and fold_count([0, 0, 1]) == 2
+    assert fold_count([0, 1, 2]) == 0 and fold_count([]) == 0  # no label has two tickets: nothing to judge
+    x, labels = overlapping(n=20, classes=4)
+    x, labels = torch.cat([x, x[:1] + 0.5]), [*labels, 4]  # a fifth label with a single ticket
+    f = fit(x, labels, 5)
+    assert f.folds == 5 and f.cv_accuracy is not None and f.cv_predicted is not None
+    assert len(f.cv_by_l2) == len(L2_GRID)  # the penalty is chosen, not the fallback
+    folds = stratified_folds(labels, f.folds, 0)
+    for c in range(4):
+        assert sorted(folds[i] for i, v in enumerate(labels) if v == c) == sorted([0, 1, 2, 3, 4] * 4)
+    # held out, the single ticket is judged by a head that never saw its label: it cannot be right
+    assert f.cv_predicted[-1] != 4
+    assert f.cv_accuracy >= 0.5 and int((x.float() @ f.weight.T + f.bias).argmax(1)[-1]) == 4  # learnt
+
+
+def test_the_gate_deals_the_folds_the_candidates_cross_validation_dealt() -> None:
+    y = [0] * 12 + [1] * 12 + [2]  # a label with a single ticket no longer makes heads incomparable
+    assert folds_for(y, 7) == stratified_folds(y, fold_count(y), 7) and len(set(folds_for(y, 7))) == 5
+    with pytest.raises(ValueError, match="no label has two tickets"):
+        folds_for([0, 1, 2], 0)

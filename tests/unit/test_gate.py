@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from producer.learning import HeadVersion
-from worker.gate import MARGIN, Comparison, Side, correction_weights, judge, rows_trained_on
+from worker.gate import (
+    LOST_MIN_TICKETS,
+    MARGIN,
+    Comparison,
+    Side,
+    correction_weights,
+    judge,
+    rows_trained_on,
+)
 
 LABELS = ["billing", "technical", "account"]
 TRUTH = ["billing"] * 40 + ["technical"] * 40 + ["account"] * 20
@@ -94,3 +102,15 @@ def test_a_candidate_that_could_not_be_compared_says_only_why() -> None:
     assert c.refused and c.lines() == [
         "publish gate (version 4): refused: cannot compare it with the head in use: x"
     ]
+
+
+def test_a_label_with_a_ticket_or_two_is_not_lost_on_one_ticket_but_one_with_three_is() -> None:
+    base = TRUTH * 4  # 400 rows: three wrong tickets stay inside the accuracy margin
+    for rare in (1, 2, LOST_MIN_TICKETS):
+        truth = base + ["refund"] * rare
+        current = list(truth)  # the head in use right on every rare ticket
+        candidate = base + ["billing"] * rare  # the candidate on none
+        c = judge(truth, candidate, current, set(), [*LABELS, "refund"], current_name="x", method="refit")
+        lost = any("loses 'refund'" in r for r in c.reasons)
+        assert lost is (rare >= LOST_MIN_TICKETS), rare
+        assert c.refused is lost, c.reasons

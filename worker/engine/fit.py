@@ -21,6 +21,7 @@ weights (None) every number is what it was before weights existed.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -189,6 +190,19 @@ def stratified_folds(y: Sequence[int], k: int, seed: int) -> list[int]:
     return fold
 
 
+def fold_count(y: Sequence[int], folds: int = FOLDS) -> int:
+    """How many stratified folds cross-validation deals ``y`` into: ``folds``, fewer only when even the
+    most frequent label has fewer tickets, 0 when no label has two (nothing to cross-validate). A label
+    with fewer tickets than folds sits in only some of them; held out, its tickets are judged by heads that
+    saw fewer or none of them, which is all a label that rare can show out of fold. Before, the rarest
+    label set the count: one label with a single ticket turned cross-validation off for the whole head (no
+    chosen penalty, no calibration, extras unchecked, the publish gate refusing), two made it two folds
+    of half the data each (docs/head.md, "Labels with one or two tickets")."""
+    most = max(Counter(y).values(), default=0)
+    k = min(folds, most)
+    return k if k >= 2 else 0
+
+
 def row_weights(weight: Sequence[float] | None, n: int) -> torch.Tensor | None:
     """``weight`` as a float64 tensor, checked: one positive finite number per row (None stays None)."""
     if weight is None:
@@ -218,8 +232,7 @@ def fit(
     x = features.to(torch.float64).cpu()
     target = torch.tensor(list(y), dtype=torch.long)
     rw = row_weights(row_weight, len(target))
-    counts = torch.bincount(target, minlength=classes)
-    k = min(folds, int(counts[counts > 0].min()))
+    k = fold_count(target.tolist(), folds)
     total, done = (len(grid) * k if k >= 2 else 0) + 1, 0
     cv: dict[float, float] = {}
     confusions: dict[float, list[list[int]]] = {}

@@ -173,7 +173,7 @@ def train_head(
             # unreachable: everything goes to review (a threshold above any probability)
             review_below = 1.0 if threshold is None else threshold
     elif auto_accuracy is not None:
-        raise TrainingError("auto_accuracy needs cross-validation: at least two tickets of every label")
+        raise TrainingError("auto_accuracy needs cross-validation: a label with two tickets or more")
     weight = torch.zeros(len(task_labels), x.shape[1])
     bias = torch.full((len(task_labels),), _ABSENT)
     weight[rows], bias[rows] = learnt, bias_learnt
