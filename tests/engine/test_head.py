@@ -534,6 +534,37 @@ def test_train_from_redis_corrections_and_publish(
 
 
 @pytest.mark.redis
+def test_a_label_with_one_ticket_in_the_evidence_is_judged_by_the_gate_not_refused_as_incomparable(
+    tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Base data with one ticket of a label, plus a correction: the gate used to refuse every candidate
+    ("a label has a single ticket"); now both heads are judged on the same five folds."""
+    import redis
+
+    from producer.client import Client
+    from producer.learning import Correction
+    from producer.protocol import Keys
+    from worker.cli import main
+
+    texts, labels = labelled(6)
+    keep = [i for i, lab in enumerate(labels) if lab != "account"] + [labels.index("account")]
+    rows = "".join(f'b{i},"{texts[i]}",{labels[i]}\n' for i in keep)
+    (tmp_path / "base.csv").write_text("id,text,label\n" + rows)
+    r = redis.Redis.from_url(redis_url)
+    r.hset(Keys(prefix).labels, "c0", Correction("c0", "billing", "my refund is late", at=1.0).to_json())
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    base = ["--tickets", str(tmp_path / "base.csv")]
+    code = main(["train", *flags, *base, "--from-redis", "--publish", "--force"])
+    captured = capsys.readouterr()
+    assert code == 0 and "cannot compare" not in captured.out + captured.err
+    current = Client(r, prefix).current_head()
+    assert current is not None
+    gate = Head.from_bytes(current[1], version=current[0]).training["gate"]
+    assert gate["method"] in ("refit", "direct") and gate["n"] == len(keep) + 1
+    assert gate["candidate"]["recall"]["account"] is not None  # its one ticket judged, out of fold
+
+
+@pytest.mark.redis
 def test_train_from_redis_weights_corrections_and_records_it(
     tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
