@@ -527,9 +527,10 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
         return "\n".join(lines)
     rare = [lab for lab, n in t["counts"].items() if 0 < n < t["cv_folds"]]
     if rare:
+        named = ", ".join(rare[:8]) + (f" and {len(rare) - 8} more" if len(rare) > 8 else "")
         lines.append(
-            f"note: fewer than {t['cv_folds']} tickets for {', '.join(rare)}: out of fold, each of their "
-            "tickets is judged by heads that saw fewer of them (label more to judge them better)"
+            f"note: fewer than {t['cv_folds']} tickets for {named}: out of fold, each of their tickets is "
+            "judged by heads that saw fewer of them (label more to judge them better)"
         )
     kept = (t.get("data") or {}).get("l2_from") == "in-use"
     lines += [
