@@ -15,7 +15,7 @@ import torch
 
 from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import L2_GRID, Fit, confusion, fit, stratified_folds
+from .fit import FOLDS, L2_GRID, Fit, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, OutOfFold, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
@@ -448,6 +448,9 @@ def cached_head(
         beyond_key["cross_fitted"] = True
     if free_raw is not None:  # how the kept tickets are learnt from: a head self-trained otherwise retrains
         beyond_key["self_training"] = beyond.self_training()
+    # a label with fewer tickets than folds: heads cached before fold_count had fewer folds or none, and
+    # retrain once; data without one keeps its key
+    few = {"folds": "most frequent label"} if min(Counter(labels).values(), default=FOLDS) < FOLDS else None
     key = digest(
         ident.model_digest,
         ident.prompt_digest,
@@ -459,6 +462,7 @@ def cached_head(
         _version(),
         *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
         *([beyond_key] if beyond_key else []),
+        *([few] if few else []),
     )[:24]
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
