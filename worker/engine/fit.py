@@ -38,7 +38,7 @@ class Fit:
     weight: torch.Tensor  # (classes, d) float32, applies to raw features
     bias: torch.Tensor  # (classes,) float32
     l2: float
-    cv_accuracy: float | None  # out-of-fold accuracy at the chosen l2 (None: too few tickets per class)
+    cv_accuracy: float | None  # out-of-fold accuracy at the chosen l2 (None: no label has two tickets)
     cv_confusion: list[list[int]] | None  # [true][predicted] out-of-fold, at the chosen l2
     folds: int
     cv_by_l2: dict[float, float]
@@ -264,7 +264,7 @@ def fit(
             confusions[l2] = confusion(target.tolist(), predicted.tolist(), classes)
         best = max(grid, key=lambda l2: (cv[l2], l2))
     else:
-        best = 1e-2  # too few tickets to cross-validate: a middle-of-the-grid penalty
+        best = 1e-2  # no label has two tickets: nothing to cross-validate; a middle-of-the-grid penalty
     w, b = _train(x, target, classes, best, rw)
     if progress:
         progress(total, total)
