@@ -233,12 +233,12 @@ def fit(
     target = torch.tensor(list(y), dtype=torch.long)
     rw = row_weights(row_weight, len(target))
     k = fold_count(target.tolist(), folds)
-    total, done = (len(grid) * k if k >= 2 else 0) + 1, 0
+    total, done = len(grid) * k + 1, 0  # k: 0 (no cross-validation) or at least 2 folds
     cv: dict[float, float] = {}
     confusions: dict[float, list[list[int]]] = {}
     out_of_fold: dict[float, list[int]] = {}
     oof_logits: dict[float, torch.Tensor] = {}
-    if k >= 2:
+    if k:
         fold = torch.tensor(stratified_folds(target.tolist(), k, seed))
         logits_at = {l2: torch.empty(len(target), classes, dtype=torch.float64) for l2 in grid}
 
@@ -274,7 +274,7 @@ def fit(
         l2=best,
         cv_accuracy=cv.get(best),
         cv_confusion=confusions.get(best),
-        folds=k if k >= 2 else 0,
+        folds=k,
         cv_by_l2=cv,
         cv_predicted=out_of_fold.get(best),
         cv_logits=oof_logits.get(best),
