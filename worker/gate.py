@@ -293,6 +293,25 @@ def correction_weights(
     return [float(weight) if i in corrected and tid in known else 1.0 for i, tid in enumerate(ids)]
 
 
+def as_learnt(
+    training: dict[str, Any], y: Sequence[int], rows: Sequence[bool] | None, weights: Sequence[float] | None
+) -> list[float] | None:
+    """The weight each evidence row (label ``y``) had in the fits of a head whose ``training`` record this
+    is, trained on ``rows`` (None: all) with ``weights`` (its corrections'; None: all 1): those, balanced
+    over the rows it learnt when it weighed its labels equally (``training["balance"]``,
+    :func:`worker.engine.fit.balanced`; rows it did not learn keep theirs, unread)."""
+    from worker.engine.fit import balanced
+
+    if not training.get("balance"):
+        return None if weights is None else list(weights)
+    learnt = [i for i in range(len(y)) if rows is None or rows[i]]
+    out = [1.0] * len(y) if weights is None else [float(w) for w in weights]
+    even = balanced([y[i] for i in learnt], [out[i] for i in learnt])
+    for i, w in zip(learnt, even, strict=True):
+        out[i] = w
+    return out
+
+
 def learnt_names(training: dict[str, Any]) -> bool:
     """Whether a head learnt its label names as examples: its ``training["beyond"]`` record says they were
     added, and train's out-of-fold check kept them (no ``used``: too few tickets to check, learnt as is)."""
@@ -346,8 +365,9 @@ def compare_with(
 ) -> Comparison:
     """Judge the candidate (trained on ``candidate_rows`` of the evidence, every row when None, weighted
     by ``candidate_weights``, at ``l2``) against ``in_use`` on the same folds. Weights change what each
-    side learns, never how it is judged: accuracy counts rows. Each side's folds learn what its head
-    learnt beside its tickets, as its ``training`` record says (``candidate``: the candidate's; None:
+    side learns, never how it is judged: accuracy counts rows; a side whose record says it balanced its
+    labels is refitted balanced over the rows it learnt (:func:`as_learnt`). Each side's folds learn what
+    its head learnt beside its tickets, as its ``training`` record says (``candidate``: the candidate's; None:
     nothing) (:func:`worker.engine.beyond.cross_refit`): ``names``, the features of the task's label names
     in its order (:func:`worker.engine.training.extras_features`), where :func:`learnt_names`; ``unlabeled``,
     the features of the tickets nobody labelled, self-trained on where :func:`self_trained`. Neither names
@@ -395,7 +415,7 @@ def compare_with(
             penalty,
             fold=fold,
             train=train,
-            row_weight=weights,
+            row_weight=as_learnt(training, y, train, weights),
             names=names if learnt_names(training) else None,
             unlabeled=unlabeled if free else None,
             progress=step,

@@ -30,6 +30,11 @@ label names and the unlabelled tickets are learnt as without them, and the publi
 per fold as it was trained: with the names where it learnt them, self-training on the same unlabelled
 tickets where it self-trained.
 
+Labels with uneven numbers of tickets (the most frequent one with twice the rarest's, or more) are
+balanced unasked: every label's tickets weigh as much in all as the mean label's, in the fit and in every
+fold that judges it (``--balance``; the task's or question's ``balance`` key, ``false`` to refuse;
+:func:`worker.engine.fit.balanced`). Accuracy is still counted on tickets.
+
     ticketq-worker train --from-redis [--tickets base.csv] --publish [--out fixed.head]
 
 ``--from-redis`` trains on the corrections recorded with ``ticketq-producer label`` added to the task's
@@ -102,6 +107,13 @@ class TrainOptions:
         "again, then keeps more (70%, 90%, all) as it improves (docs/head.md, Beyond the labelled tickets)",
         metavar="FILE",
     )
+    balance: bool = option(
+        False,
+        help="weigh every label's tickets as much in all as the mean label's, so that rare labels are "
+        "chosen (docs/head.md, Long-tailed label sets); the task's or question's `balance = false` refuses",
+        shown="the task's or question's balance key, else on when the most frequent label has twice the "
+        "tickets of the rarest or more",
+    )
     accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)
@@ -121,7 +133,7 @@ def fail(message: str, code: Exit = Exit.CONFIG) -> int:
 
 def run(ns: argparse.Namespace) -> int:
     from worker import corrections
-    from worker.engine.task import load_task, wants_names
+    from worker.engine.task import load_task, wants_balance, wants_names
     from worker.evaluate import check_labels
 
     source = ns.tickets or ""
@@ -177,6 +189,8 @@ def run(ns: argparse.Namespace) -> int:
             auto_accuracy = task.auto_accuracy if asked is None else asked.auto_accuracy
         labels = [it.label or "" for it in items]
         label_names = args.label_names or wants_names(declared.label_names, labels, len(question_labels))
+        learnt = [lab for row, lab in enumerate(labels) if row in corrected or not store.corrections_only]
+        balance = args.balance or wants_balance(declared.balance, learnt)
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
@@ -237,6 +251,7 @@ def run(ns: argparse.Namespace) -> int:
                 l2=l2,
                 names=names,
                 unlabeled=free_x,
+                balance=balance,
             )
         except ValueError as exc:  # e.g. --corrections-only with a single label among the corrections
             return fail(str(exc))
@@ -522,6 +537,12 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
     ]
     if t.get("missing"):
         lines.append(f"warning: no tickets for {', '.join(t['missing'])}: the head will never choose them")
+    if t.get("balance"):
+        present = [n for n in t["counts"].values() if n]
+        lines.append(
+            f"labels balanced: {min(present)} to {max(present)} tickets per label, each label weighing "
+            "as much in all (the accuracy below counts tickets)"
+        )
     if t.get("cv_accuracy") is None:
         lines.append("cross-validation: skipped (no label has two tickets); L2 1e-2")
         return "\n".join(lines)

@@ -257,3 +257,66 @@ def test_the_gate_takes_the_candidates_own_out_of_fold_check_when_it_ran_the_sam
         candidate_out_of_fold=head.out_of_fold, candidate_rows=[i % 9 != 0 for i in range(len(y))]
     )
     assert not partial.candidate_from_training
+
+
+def test_the_publish_gate_refits_a_side_that_balanced_its_labels_balanced() -> None:
+    """A head trained with ``balance`` learnt every fold with its labels weighed equally; the gate refits
+    it the same way (gate.as_learnt), for the candidate and for a head in use whose record says so: the
+    refit gives what the candidate's own training gave out of fold, and a head in use trained the same
+    way scores the same, where one refitted on counts recalls the rare label less."""
+    from types import SimpleNamespace
+
+    from worker import gate
+    from worker.engine.recipe import Recipe
+    from worker.engine.training import train_head
+
+    gen = torch.Generator().manual_seed(2)
+    centres = torch.eye(3) * 4
+    sizes = (40, 40, 6)  # label c is rare: on counts a head seldom chooses it
+    x = torch.cat([c / 2.2 + torch.randn(n, 3, generator=gen) for c, n in zip(centres, sizes, strict=True)])
+    y = [c for c, n in enumerate(sizes) for _ in range(n)]
+    labels = ["a", "b", "c"]
+    truth = [labels[t] for t in y]
+    engine = SimpleNamespace(
+        task=SimpleNamespace(labels=labels, recipe=None),
+        n_layers=4,
+        identity=SimpleNamespace(model="m", model_digest="d", prompt_digest="p"),
+        loaded=SimpleNamespace(dtype_name="float32"),
+    )
+    names = centres / 2.2
+    head = train_head(
+        engine, truth, truth, seed=0, recipe=Recipe.one(1), features=x, names=names, balance=True
+    )
+    assert head.training["balance"] is True
+    assert head.training["beyond"]["used"] is True and head.out_of_fold is not None
+    l2 = head.training["l2"]
+    learnt = {"label_names": 3, "used": True}
+
+    def compare(in_use_training: dict[str, Any], **kw: Any) -> Comparison:
+        in_use = gate.InUse(SimpleNamespace(training=in_use_training, recipe=None), "v1", [True] * len(y))
+        return gate.compare_with(
+            in_use,
+            engine,
+            truth,
+            x,
+            None,
+            truth,
+            [],
+            l2=l2,
+            seed=0,
+            candidate=head.training,
+            names=names,
+            **kw,
+        )
+
+    same = compare({"l2": l2, "beyond": learnt, "balance": True})
+    assert same.candidate == same.current  # both sides refitted balanced, as both were trained
+    reused = compare({"l2": l2, "beyond": learnt, "balance": True}, candidate_out_of_fold=head.out_of_fold)
+    assert reused.candidate_from_training and reused.candidate == same.candidate
+    counted = compare({"l2": l2, "beyond": learnt})  # a head in use trained on counts
+    assert counted.candidate == same.candidate
+    assert (counted.current.recall["c"] or 0) < (same.candidate.recall["c"] or 0)
+    unweighed = gate.as_learnt({}, y, None, None)
+    assert unweighed is None and gate.as_learnt({"balance": True}, y, None, [2.0] * len(y)) == pytest.approx(
+        [2 * 172 / 3 / 80] * 80 + [2 * 172 / 3 / 12] * 6
+    )

@@ -273,6 +273,36 @@ def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     )
 
 
+def test_train_balances_uneven_labels_unasked_and_on_request(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.cli import main
+
+    texts, labels = labelled(6)
+    rows = [(t, lab) for t, lab in zip(texts, labels, strict=True)]
+    uneven = rows[:12] + rows[12:14]  # the third label: 2 tickets against 6
+    for name, chosen in (("even", rows), ("uneven", uneven)):
+        lines = [f'{i},"{t}",{lab}' for i, (t, lab) in enumerate(chosen)]
+        (tmp_path / f"{name}.csv").write_text("\n".join(["id,text,label", *lines]) + "\n")
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--out", str(tmp_path / "h.head")]
+
+    def trained(data: str, *extra: str) -> tuple[dict, str]:
+        assert main(["train", *flags, "--tickets", str(tmp_path / data), *extra]) == 0
+        return Head.load(tmp_path / "h.head").training, capsys.readouterr().out
+
+    training, printed = trained("uneven.csv")
+    assert training["balance"] is True and "labels balanced: 2 to 6 tickets per label" in printed
+    training, printed = trained("even.csv")
+    assert "balance" not in training and "labels balanced" not in printed
+    assert trained("even.csv", "--balance")[0]["balance"] is True
+    from worker.engine.task import DEFAULT_TASK_PATH
+
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8")
+    text = text.replace('head_data = "../data/head_train.csv"', "")
+    (tmp_path / "task.toml").write_text("balance = false\n" + text)  # declared: on counts
+    assert "balance" not in trained("uneven.csv", "--task", str(tmp_path / "task.toml"))[0]
+
+
 def test_train_learns_label_names_unasked_for_many_labels_with_few_tickets_each(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -235,6 +235,26 @@ def test_a_question_head_from_head_data_uses_its_recipe_and_its_own_cache_entry(
     assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
 
 
+def test_a_head_data_head_balances_uneven_labels_unless_its_task_says_not(
+    tiny_dir: Path, rich_head: Head, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """urgency.csv has twice as many routine tickets as urgent ones: its head weighs the two labels
+    equally unasked (task.wants_balance), and ``balance = false`` trains the head on counts, in a cache
+    entry of its own."""
+    from worker.engine.options import EngineOptions
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path / "cache"))
+    task = _question_task(tmp_path, rich_head)
+    balanced = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    head = balanced.answer_heads["urgency"]
+    assert head.training["balance"] is True and head.training["counts"] == {"urgent": 4, "routine": 8}
+    task.write_text(task.read_text() + "balance = false\n")
+    counted = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert "balance" not in counted.answer_heads["urgency"].training
+    assert counted.answer_heads["urgency"].id != head.id
+    assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
+
+
 def test_verify_checks_multi_part_heads_and_a_questions_head(
     tiny_dir: Path,
     rich_head: Head,

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.engine.fit import L2_GRID, _path, _standardize, _train, fit, fold_count, stratified_folds
+from worker.engine.fit import (
+    L2_GRID,
+    _path,
+    _standardize,
+    _train,
+    balanced,
+    fit,
+    fold_count,
+    stratified_folds,
+)
 from worker.gate import folds_for
 
 
@@ -125,3 +134,35 @@ def test_the_gate_deals_the_folds_the_candidates_cross_validation_dealt() -> Non
     assert folds_for(y, 7) == stratified_folds(y, fold_count(y), 7) and len(set(folds_for(y, 7))) == 5
     with pytest.raises(ValueError, match="no label has two tickets"):
         folds_for([0, 1, 2], 0)
+
+
+def test_balanced_weights_give_every_label_the_same_total_and_keep_each_rows_share_within_its_label() -> None:
+    y = [0] * 20 + [1] * 20 + [2] * 2
+    w = balanced(y)
+    totals = [sum(v for v, c in zip(w, y, strict=True) if c == k) for k in range(3)]
+    assert totals == pytest.approx([14.0] * 3) and sum(w) == pytest.approx(len(y))
+    assert w[0] == pytest.approx(0.7) and w[-1] == pytest.approx(7.0)
+    corrected = [2.0 if i in (0, 40) else 1.0 for i in range(len(y))]  # a correction counts two rows
+    cw = balanced(y, corrected)
+    assert cw[0] == pytest.approx(2 * cw[1]) and cw[40] == pytest.approx(2 * cw[41])
+    assert sum(cw) == pytest.approx(sum(corrected))
+    assert balanced([0, 0, 1, 1, 2, 2]) == [1.0] * 6  # even labels: nothing changes
+    with pytest.raises(ValueError, match="3 row weights for 2 rows"):
+        balanced([0, 1], [1.0, 1.0, 1.0])
+
+
+def test_balanced_weights_make_a_rare_label_chosen_where_counting_tickets_buries_it() -> None:
+    """Overlapping classes, one of them with a tenth of the others' tickets: fitted on counts the head
+    learns it is unlikely and seldom picks it; balanced, it recalls it more, judged on even test rows."""
+    x, y = overlapping(n=60, classes=4, d=8, seed=3)
+    keep = [i for i, c in enumerate(y) if c != 3 or i % 60 < 6]  # label 3: 6 tickets, the others 60
+    xt, yt = overlapping(n=200, classes=4, d=8, seed=3)  # the same centres (drawn first), new rows
+    target = torch.tensor(yt)
+
+    def recall(weights: list[float] | None) -> float:
+        f = fit(x[keep], [y[i] for i in keep], 4, row_weight=weights)
+        predicted = (xt @ f.weight.double().T + f.bias.double()).argmax(1)
+        return float((predicted[target == 3] == 3).double().mean())
+
+    plain, even = recall(None), recall(balanced([y[i] for i in keep]))
+    assert even > plain + 0.1, (plain, even)

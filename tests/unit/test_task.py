@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from worker.engine.recipe import FINE
-from worker.engine.task import FEW, Task, TaskError, load_task, wants_names
+from worker.engine.task import FEW, UNEVEN, Task, TaskError, load_task, wants_balance, wants_names
 
 
 def test_default_task_is_the_three_support_classes() -> None:
@@ -163,6 +163,30 @@ def test_label_names_without_a_key_are_learnt_for_many_labels_with_few_tickets_e
     assert wants_names(None, few[: FEW * 3], FINE - 1) is False  # a coarse label set
     assert wants_names(False, few, FINE) is False and wants_names(True, few + few, 2) is True  # as declared
     assert wants_names(None, [], FINE) is False
+
+
+def test_balance_is_read_per_question_and_without_a_key_follows_how_uneven_the_labels_are(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'labels = ["billing", "other"]\nhead_data = "team.csv"\nbalance = false\n'
+        '[questions.intent]\nlabels = ["lost_card", "refund"]\nhead_data = "intent.csv"\nbalance = true\n'
+        '[questions.urgency]\nlabels = ["high", "low"]\nhead_data = "urgency.csv"\n'
+    )
+    task = load_task(path)
+    intent, urgency = task.questions
+    assert (task.balance, intent.balance, urgency.balance) == (False, True, None)
+    assert load_task().balance is None
+    rare = ["a"] * 20 + ["b"] * 20 + ["c"] * 2
+    even = ["a"] * 500 + ["b"] * 496  # the built-in head's data: nearly even, its head stays as it was
+    assert wants_balance(None, rare) is True and wants_balance(None, even) is False
+    assert wants_balance(None, ["a"] * int(UNEVEN * 10) + ["b"] * 10) is True  # the rule's edge
+    assert wants_balance(None, ["a"] * (int(UNEVEN * 10) - 1) + ["b"] * 10) is False
+    assert wants_balance(False, rare) is False and wants_balance(True, even) is True  # as declared
+    assert wants_balance(None, []) is False
+    with pytest.raises(TaskError, match="question 'q': balance must be true or false"):
+        Task.from_dict({"labels": ["p", "q"], "questions": {"q": {"labels": ["x", "y"], "balance": "on"}}})
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,7 @@ class Engine:
             auto_accuracy=q.auto_accuracy,
             label_names=q.label_names,
             unlabeled_data=q.unlabeled_data,
+            balance=q.balance,
         )
         alone.prior = None
         alone.head = self.answer_heads.get(q.name)

@@ -215,6 +215,23 @@ def row_weights(weight: Sequence[float] | None, n: int) -> torch.Tensor | None:
     return out
 
 
+def balanced(y: Sequence[int], weight: Sequence[float] | None = None) -> list[float]:
+    """Row weights under which every label present carries the same total weight, the mean label's: each
+    row's weight (``weight``; None: 1) times that mean over its label's total. Within a label the rows
+    keep their relative weights (a correction still counts ``--correction-weight`` base rows), and the
+    rows' total is unchanged, so a penalty means what it meant. A label with 2 tickets among labels with
+    20 then counts as much as each of them: the head stops treating a rare label as unlikely, and chooses
+    it (docs/head.md, "Long-tailed label sets"). Labels of equal totals keep their weights."""
+    rows = [1.0] * len(y) if weight is None else [float(w) for w in weight]
+    if len(rows) != len(y):
+        raise ValueError(f"{len(rows)} row weights for {len(y)} rows")
+    total: dict[int, float] = {}
+    for label, w in zip(y, rows, strict=True):
+        total[label] = total.get(label, 0.0) + w
+    mean = sum(total.values()) / max(len(total), 1)
+    return [w * mean / total[label] for label, w in zip(y, rows, strict=True)]
+
+
 def fit(
     features: torch.Tensor,
     y: Sequence[int],

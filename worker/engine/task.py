@@ -9,6 +9,11 @@ which hidden states that question's heads are trained on (``head_data``, and ``t
 (``"8:mean,12:max"``) or a preset, ``"fast"``, ``"default"`` or ``"accurate"`` (worker/engine/recipe.py);
 a head file carries its own.
 
+How a question's heads are trained is declared beside its labels, at the top level for the primary or in
+its ``[questions.NAME]`` table: ``label_names`` and ``unlabeled_data`` (what a head also learns from,
+worker/engine/beyond.py) and ``balance`` (every label's tickets weigh as much in all; without the key, when
+the labels are uneven: :func:`wants_balance`).
+
 Which answers need a person is set per question: ``review_below`` or ``auto_accuracy`` at the top level
 (the primary question) or in ``[questions.NAME]``. ``zero_shot_temperature`` divides the zero-shot label
 scores before their softmax (fitted by ``ticketq-worker eval``); it never changes a decision, and it is
@@ -58,6 +63,7 @@ QUESTION_KEYS = (
     "auto_accuracy",
     "label_names",
     "unlabeled_data",
+    "balance",
 )
 
 
@@ -104,6 +110,7 @@ class Question:
     # What its head_data head also learns from (worker/engine/beyond.py), as the task's own keys say.
     label_names: bool | None = None  # None (no key): by its data (wants_names)
     unlabeled_data: str | None = None
+    balance: bool | None = None  # None (no key): by its data (wants_balance)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
@@ -150,6 +157,9 @@ class Task:
     # label_names None (no key): when the data has few tickets per label (wants_names).
     label_names: bool | None = None
     unlabeled_data: str | None = None
+    # Its heads weigh every label's tickets equally in all (fit.balanced); None (no key): when the
+    # data's labels are uneven (wants_balance).
+    balance: bool | None = None
 
     def __post_init__(self) -> None:
         check_labels(self.labels, "a task")
@@ -233,6 +243,7 @@ class Task:
                 zero_shot_temperature=_number(data, "zero_shot_temperature", 1.0),
                 label_names=_flag(data, "label_names", ""),
                 unlabeled_data=_text(data, "unlabeled_data", ""),
+                balance=_flag(data, "balance", ""),
             )
         except (KeyError, TypeError) as exc:
             raise TaskError(f"malformed task: {exc!r}") from None
@@ -275,6 +286,21 @@ def wants_names(declared: bool | None, labels: Sequence[str], classes: int) -> b
         return declared
     counts = sorted(Counter(labels).values())
     return classes >= FINE and bool(counts) and counts[len(counts) // 2] <= FEW
+
+
+UNEVEN = 2.0  # most frequent label's tickets over the rarest's from which labels are balanced unasked
+
+
+def wants_balance(declared: bool | None, labels: Sequence[str]) -> bool:
+    """Whether a head weighs every label's tickets equally in all (:func:`.fit.balanced`): as the task or
+    question declares (``balance``), else, with no key, when the most frequent label present has at least
+    :data:`UNEVEN` times the tickets of the rarest. There a head that counts tickets learns that the rare
+    labels are rare and seldom chooses them (docs/head.md, "Long-tailed label sets"); data nearly even
+    (the built-in head's 496-500 per label) gains nothing and keeps its head."""
+    if declared is not None:
+        return declared
+    counts = Counter(labels).values()
+    return bool(counts) and max(counts) >= UNEVEN * min(counts)
 
 
 def _flag(data: dict[str, Any], name: str, where: str) -> bool | None:
@@ -324,6 +350,7 @@ def _questions(table: Any) -> tuple[Question, ...]:
                 recipe=_recipe(q.get("recipe"), f"question {name!r}: "),
                 label_names=_flag(q, "label_names", f"question {name!r}: "),
                 unlabeled_data=_text(q, "unlabeled_data", f"question {name!r}: "),
+                balance=_flag(q, "balance", f"question {name!r}: "),
             )
         )
     return tuple(out)

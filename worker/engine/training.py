@@ -15,12 +15,12 @@ import torch
 
 from . import beyond
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import FOLDS, L2_GRID, Fit, confusion, fit, stratified_folds
+from .fit import FOLDS, L2_GRID, Fit, balanced, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, OutOfFold, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
 from .recipe import Preset, Recipe, resolve
-from .task import Task, wants_names
+from .task import Task, wants_balance, wants_names
 from .types import BatchStats
 
 
@@ -94,6 +94,7 @@ def train_head(
     l2: float | None = None,
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
+    balance: bool = False,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -110,6 +111,8 @@ def train_head(
     whose auto-routed out-of-fold tickets reach that accuracy (``training["expected_coverage"]``).
     ``row_weight``: one weight per ticket for the fit (:func:`.fit.fit`; None: all 1). ``l2``: the penalty,
     instead of the one cross-validation chooses (the folds still give the out-of-fold numbers).
+    ``balance``: every label's tickets weigh as much in all as the mean label's (:func:`.fit.balanced`,
+    on top of ``row_weight``), in every fit, the folds' included; ``training["balance"]`` records it.
 
     ``names`` (features of :func:`.beyond.name_texts` of the task's labels, in the task's order) and
     ``unlabeled`` (features of tickets without labels) are learnt from at the penalty the labelled
@@ -135,6 +138,8 @@ def train_head(
     x = features if features is not None else engine.features(texts, recipe, progress=step)[0]
     present = [lab for lab in task_labels if lab in set(labels)]
     y = [present.index(lab) for lab in labels]
+    if balance:
+        row_weight = balanced(y, row_weight)
     result = fit(
         x,
         y,
@@ -203,6 +208,7 @@ def train_head(
             "cv_confusion": cv_confusion,
             "l2": result.l2,
             "seed": seed,
+            **({"balance": True} if balance else {}),
             "dtype": engine.loaded.dtype_name,
             "ticketq_version": _version(),
             **_on_corrections(corrected or {}, labels, present, cv_predicted),
@@ -438,6 +444,7 @@ def cached_head(
     rows = _rows(raw, str(data))
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
     label_names = wants_names(task.label_names, labels, len(task.labels))
+    balance = wants_balance(task.balance, labels)
     # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
     # heads cached before these keys existed still match
     beyond_key: dict[str, Any] = {
@@ -463,6 +470,7 @@ def cached_head(
         *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
         *([beyond_key] if beyond_key else []),
         *([few] if few else []),
+        *([{"balance": True}] if balance else []),  # labels weighed equally; data without stays keyed
     )[:24]
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
@@ -481,7 +489,14 @@ def cached_head(
         free_texts = [str(r.get("text") or "") for r in _rows(free_raw, str(task.unlabeled_data))]
     names, free = extras_features(engine, recipe, label_names, free_texts)
     head = train_head(
-        engine, texts, labels, recipe=recipe, auto_accuracy=auto_accuracy, names=names, unlabeled=free
+        engine,
+        texts,
+        labels,
+        recipe=recipe,
+        auto_accuracy=auto_accuracy,
+        names=names,
+        unlabeled=free,
+        balance=balance,
     )
     head.save(path)
     if log:
