@@ -40,6 +40,18 @@ def compared(x: torch.Tensor, truth: list[str], rows: list[bool], beyond: dict, 
     )
 
 
+def against(
+    in_use: Any, engine: Any, x: torch.Tensor, truth: list[str], l2: float, candidate: dict, **kw: Any
+) -> Comparison:
+    """gate.compare_with of a candidate (its ``training`` record) trained on every row of evidence ``x``
+    labelled ``truth``, none corrected, at ``l2``, against ``in_use``; ``kw``: the extras, progress..."""
+    from worker import gate
+
+    return gate.compare_with(
+        in_use, engine, truth, x, None, truth, [], l2=l2, seed=0, candidate=candidate, **kw
+    )
+
+
 def test_out_of_fold_predictions_of_separable_classes_are_right() -> None:
     x, y = clusters()
     fold = stratified_folds(y, 5, seed=0)
@@ -229,17 +241,13 @@ def test_the_gate_takes_the_candidates_own_out_of_fold_check_when_it_ran_the_sam
 
     def compare(**kw: Any) -> Comparison:
         steps.clear()
-        return gate.compare_with(
+        return against(
             in_use,
             engine,
-            truth,
             x,
-            None,
             truth,
-            [],
-            l2=l2,
-            seed=0,
-            candidate=head.training,
+            l2,
+            head.training,
             unlabeled=free,
             progress=lambda done, total: steps.append((done, total)),
             **kw,
@@ -294,20 +302,7 @@ def test_the_publish_gate_refits_a_side_that_balanced_its_labels_balanced() -> N
 
     def compare(in_use_training: dict[str, Any], **kw: Any) -> Comparison:
         in_use = gate.InUse(SimpleNamespace(training=in_use_training, recipe=None), "v1", [True] * len(y))
-        return gate.compare_with(
-            in_use,
-            engine,
-            truth,
-            x,
-            None,
-            truth,
-            [],
-            l2=l2,
-            seed=0,
-            candidate=head.training,
-            names=names,
-            **kw,
-        )
+        return against(in_use, engine, x, truth, l2, head.training, names=names, **kw)
 
     same = compare({"l2": l2, "beyond": learnt, "balance": True})
     assert same.candidate == same.current  # both sides refitted balanced, as both were trained
