@@ -88,6 +88,14 @@ class Scores:
     def accuracy(self) -> float:
         return self.correct / self.n if self.n else 0.0
 
+    @property
+    def mean_recall(self) -> float | None:
+        """Recall averaged over the labels these tickets show, each label counting once: what accuracy
+        would read on a stream with every label equally common (uneven label sets, docs/head.md,
+        "Long-tailed label sets"). None: no tickets."""
+        recalls = [c.recall for c in self.per_class.values() if c.recall is not None]
+        return sum(recalls) / len(recalls) if recalls else None
+
 
 def score(labels: Sequence[str], truth: Sequence[str], predicted: Sequence[str]) -> Scores:
     index = {lab: i for i, lab in enumerate(labels)}
@@ -372,8 +380,8 @@ def table(
     lines = [
         f"model: {info['model']} ({info['dtype']}, {info['threads']} threads); task: {info['task']}",
         f"tickets: {source} ({n})",
-        f"accuracy: {scores.accuracy:.1%} ({scores.correct}/{n}), "
-        f"at {n / seconds:.1f} items/s ({seconds:.1f} s); labels by {method}",
+        f"accuracy: {scores.accuracy:.1%} ({scores.correct}/{n}), mean recall per label "
+        f"{_pct(scores.mean_recall)}, at {n / seconds:.1f} items/s ({seconds:.1f} s); labels by {method}",
     ]
     if zero_shot is not None:
         zs, zs_s = zero_shot
@@ -453,6 +461,7 @@ def to_json(
         "tickets": source,
         "n": scores.n,
         "accuracy": round(scores.accuracy, 4),
+        "mean_recall": None if scores.mean_recall is None else round(scores.mean_recall, 4),
         "correct": scores.correct,
         "seconds": round(seconds, 3),
         "items_per_s": round(scores.n / seconds, 2) if seconds > 0 else None,

@@ -45,6 +45,10 @@ def test_score_by_hand() -> None:
     assert s.per_class["technical"].f1 == pytest.approx(1.0)
     never = score(LABELS, ["billing"], ["billing"]).per_class["account"]
     assert never.precision is None and never.recall is None and never.support == 0
+    # each label shown counts once: billing 1/2, technical 1/1, account 1/2 (accuracy: 3/5)
+    assert s.mean_recall == pytest.approx(2 / 3)
+    assert score(LABELS, ["billing"], ["billing"]).mean_recall == 1.0  # labels not shown do not count
+    assert score(LABELS, [], []).mean_recall is None
 
 
 def test_confused_pairs_are_the_largest_off_diagonal_cells() -> None:
@@ -69,7 +73,10 @@ def test_eval_on_a_tiny_labelled_csv(tiny_dir: Path, tmp_path: Path, capsys) -> 
     assert report["accuracy"] == pytest.approx(correct / len(ROWS), abs=1e-4)
     assert report["items_per_s"] > 0
     assert set(report["per_class"]) == set(LABELS)
-    assert "confusion matrix" in capsys.readouterr().out
+    recalls = [c["recall"] for c in report["per_class"].values() if c["recall"] is not None]
+    assert report["mean_recall"] == pytest.approx(sum(recalls) / len(recalls), abs=1e-3)
+    printed = capsys.readouterr().out
+    assert "confusion matrix" in printed and f"mean recall per label {report['mean_recall']:.1%}" in printed
 
 
 def test_labels_outside_the_task_are_a_clear_error(tmp_path: Path, capsys) -> None:
