@@ -189,8 +189,11 @@ def run(ns: argparse.Namespace) -> int:
             auto_accuracy = task.auto_accuracy if asked is None else asked.auto_accuracy
         labels = [it.label or "" for it in items]
         label_names = args.label_names or wants_names(declared.label_names, labels, len(question_labels))
-        learnt = [lab for row, lab in enumerate(labels) if row in corrected or not store.corrections_only]
-        balance = args.balance or wants_balance(declared.balance, learnt)
+        # what the head learns from: every row, or with --corrections-only the corrections (the base rows
+        # are then the gate's evidence only)
+        learn = [row in corrected or not store.corrections_only for row in range(len(items))]
+        picked = [row for row, use in enumerate(learn) if use]
+        balance = args.balance or wants_balance(declared.balance, [labels[row] for row in picked])
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
@@ -223,10 +226,6 @@ def run(ns: argparse.Namespace) -> int:
         recipe = recipe_for(engine, args.recipe)
     except ValueError as exc:  # a layer the model lacks
         return fail(str(exc))
-    # what the head learns from: every row, or with --corrections-only the corrections (the base rows are
-    # then the gate's evidence only)
-    learn = [row in corrected or not store.corrections_only for row in range(len(items))]
-    picked = [row for row, use in enumerate(learn) if use]
     # each correction counts as --correction-weight base rows (None: all 1, today's fit exactly)
     weight = store.correction_weight if corrected else 1.0
     weights = None if weight == 1 else [weight if row in corrected else 1.0 for row in range(len(items))]
