@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -46,6 +46,7 @@ from producer.protocol import (
 _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
 DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
+_KEPT_CHUNK = 200  # results scanned, and texts read in one pipeline, at a time (Client.kept_texts)
 _DEAD_FIRST_CHUNK = 16  # letters in the scan's first read; the next reads are sized by the bytes left
 
 
@@ -385,6 +386,44 @@ class Client:
                 yield Correction.from_json(tid, raw)
             except (ValueError, TypeError):
                 continue
+
+    def kept_texts(self, limit: int, skip: Container[str] = ()) -> list[tuple[str, str]]:
+        """Up to ``limit`` (ticket id, text) of tickets the workers classified whose text is still kept
+        (``P:text:<id>``, written with each result), in ``P:results``' scan order; ids in ``skip``, texts
+        that are empty or not UTF-8, and results whose text expired are left out. ``P:results`` is walked
+        with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
+        or holds the server for long."""
+        out: list[tuple[str, str]] = []
+        ids: list[str] = []
+
+        def read() -> None:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for tid in ids:
+                    pipe.get(self.keys.text(tid))
+                raw = pipe.execute()
+            for tid, text in zip(ids, raw, strict=True):
+                if isinstance(text, bytes):
+                    try:
+                        text = text.decode("utf-8")
+                    except UnicodeDecodeError:
+                        continue
+                if isinstance(text, str) and text.strip() and len(out) < limit:
+                    out.append((tid, text))
+            ids.clear()
+
+        if limit < 1:
+            return out
+        for raw_id, _ in self.redis.hscan_iter(self.keys.results, count=_KEPT_CHUNK):
+            tid = as_text(raw_id)
+            if tid not in skip:
+                ids.append(tid)
+            if len(ids) >= _KEPT_CHUNK:
+                read()
+                if len(out) >= limit:
+                    return out
+        if ids:
+            read()
+        return out
 
     def corrections(self) -> Iterator[tuple[str, str, str]]:
         """(ticket id, text, right label) for every recorded correction: what training needs."""

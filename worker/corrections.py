@@ -25,6 +25,8 @@ from producer.config import at_least, option
 from producer.learning import Correction
 from producer.options import RedisOptions
 
+STREAM_TICKETS = 10_000  # kept ticket texts self-trained on, at most (the banking example's file: 9,229)
+
 
 class CorrectionsError(ValueError):
     """Training data that cannot make a head; the message is one line, for the CLI (exit 2)."""
@@ -79,6 +81,15 @@ class CorrectionsOptions(RedisOptions):
         help="with --from-redis: the new head's L2 penalty: the head in use's (`in-use`; cross-validation "
         "when there is none) or chosen again by cross-validation (`cv`)",
     )
+    stream_tickets: int = option(
+        STREAM_TICKETS,
+        help="with --from-redis and no --unlabeled (nor the task's unlabeled_data): self-train on up to N "
+        "of the tickets the workers classified, their texts as kept in Redis (P:text:<id>, labels unread), "
+        "where it pays: the median label has at most 20 labelled tickets, or the head in use self-trained; "
+        "0: never (docs/head.md, Corrections)",
+        check=at_least(0),
+        metavar="N",
+    )
     force: bool = option(
         False,
         help="publish even when the publish gate finds the new head worse than the head in use",
@@ -123,6 +134,20 @@ def base_source(tickets: str | None, head_data: str | None, corrections_only: bo
     if corrections_only and tickets:
         raise CorrectionsError("--corrections-only trains on the corrections alone: drop --tickets")
     return tickets or head_data
+
+
+def stream_texts(
+    source: Client, limit: int, known_ids: Iterable[str], known_texts: Iterable[str]
+) -> list[str]:
+    """Up to ``limit`` texts of tickets the workers classified (``P:text:<id>``), to self-train on: none
+    whose id or text is already among the training rows (their labels are known), each text once."""
+    seen = set(known_texts)
+    out = []
+    for _, text in source.kept_texts(limit, skip=set(known_ids)):
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
 
 
 def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:

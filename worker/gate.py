@@ -340,7 +340,7 @@ def self_training_lost(in_use: dict[str, Any], candidate: dict[str, Any]) -> str
         f"the head in use also self-trained on {in_use['beyond']['unlabeled']} unlabelled tickets and the "
         "candidate on "
         "none, which this comparison (labelled tickets and names) cannot see: give --unlabeled FILE (or the "
-        "task's unlabeled_data)"
+        "task's unlabeled_data), or let the workers keep ticket texts (--keep-text-s) for --stream-tickets"
     )
 
 

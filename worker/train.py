@@ -44,7 +44,9 @@ chosen again by cross-validation), each correction counting as one base row (``-
 what measured best (docs/head.md, Corrections). ``--publish`` first compares the new head with the one
 the workers use, out of fold on the same tickets (:mod:`worker.gate`), and publishes it only if it is not
 worse (``--force``: anyway); every running worker loads it at its next drain, without a restart (see
-:mod:`worker.corrections`).
+:mod:`worker.corrections`). Offered no unlabelled file, ``--from-redis`` self-trains on the tickets the
+workers classified (their texts as kept in Redis, up to ``--stream-tickets``) where that pays: few
+labelled tickets per label, or a head in use that self-trained.
 
 Exit codes: :mod:`producer.exitcodes` (a head that does not fit the model is a bad input, ``CONFIG``;
 the publish gate refusing a head, ``HEAD_WORSE``: written to ``--out`` if given, not published).
@@ -56,6 +58,7 @@ import argparse
 import hashlib
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,7 +72,7 @@ from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import FINE, Preset, Recipe, parse_spec
-from worker.engine.task import FEW
+from worker.engine.task import few_per_label
 from worker.evaluate import confusion_lines
 from worker.review import AccuracyOptions
 
@@ -217,6 +220,16 @@ def run(ns: argparse.Namespace) -> int:
         return engine
     engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass
     in_use = _head_in_use(engine, published) if store.from_redis or store.publish else None
+    streamed = 0
+    if store.from_redis and not unlabeled and _wants_stream(store, [labels[row] for row in picked], in_use):
+        try:
+            free = corrections.stream_texts(
+                redis_client, store.stream_tickets, ids, [it.text for it in items]
+            )
+        except redis.RedisError as exc:
+            return fail(f"Redis: {type(exc).__name__}: {exc}", for_redis_error(exc))
+        streamed = len(free)
+        source += f"; self-training on {streamed} tickets the workers classified (kept in Redis)"
     # --l2 in-use: the new head keeps the penalty of the head in use, so that it differs from it by what
     # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
     own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None
@@ -262,7 +275,7 @@ def run(ns: argparse.Namespace) -> int:
         "corrections": sorted(ids[row] for row in corrected),
         "correction_weight": weight,
         "l2_from": "cv" if l2 is None else "in-use",
-        "unlabeled": Path(unlabeled).name if unlabeled else None,
+        "unlabeled": Path(unlabeled).name if unlabeled else (STREAM if streamed else None),
     }
     print(report(head, engine.describe(), source, seconds))
     comparison = None
@@ -311,6 +324,21 @@ def run(ns: argparse.Namespace) -> int:
             return fail(f"cannot publish the head: {exc}", Exit.FAILED)
         print(f"published head {head.id} as version {version}: running workers load it at their next drain")
     return 0
+
+
+STREAM = "stream"  # training["data"]["unlabeled"] of a head that self-trained on the workers' kept texts
+
+
+def _wants_stream(store: Any, labels: list[str], in_use: tuple[Any, str, bool] | str | None) -> bool:
+    """Whether ``train --from-redis``, offered no unlabelled file, self-trains on the tickets the workers
+    classified: where self-training pays (few labelled tickets per label, :func:`few_per_label`) or where
+    the head in use self-trained (a head published from corrections keeps what it learnt that way, and the
+    publish gate compares like with like); never with ``--stream-tickets 0``."""
+    from worker.gate import self_trained
+
+    if not store.stream_tickets:
+        return False
+    return few_per_label(labels) or (isinstance(in_use, tuple) and self_trained(in_use[0].training))
 
 
 def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
@@ -485,16 +513,16 @@ def hints(head: Any, layers: Any) -> list[str]:
             f"hint: with {len(head.labels)} labels, --recipe {rich} (the default from {FINE} labels on) "
             "measured 2 to 4 points better on fine-grained intents, at 0.87x the items/s (docs/head.md)"
         )
-    few = sorted(n for n in t["counts"].values() if n)
     beyond = t.get("beyond", {})
-    if "unlabeled" not in beyond and few and few[len(few) // 2] <= FEW:
+    if "unlabeled" not in beyond and few_per_label(list(Counter(t["counts"]).elements())):
         if "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
             what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4"
         else:
             what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6"
         out.append(
             f"hint: with few tickets per label, {what} measured {gain} points better on 77 intents; train "
-            "checks them out of fold (docs/head.md)"
+            "checks them out of fold (docs/head.md); --from-redis self-trains on the tickets your workers "
+            "classified unasked"
         )
     return ["", *out] if out else []
 

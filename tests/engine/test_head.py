@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,6 +39,12 @@ def labelled(n_per: int = 12) -> tuple[list[str], list[str]]:
             texts.append(f"Hello, about my {words[i % len(words)]} ({i}): {words[(i * 5) % len(words)]}.")
             labels.append(label)
     return texts, labels
+
+
+def write_labelled(path: Path, texts: list[str], labels: list[str]) -> None:
+    """An id,text,label CSV of ``texts`` and ``labels``."""
+    rows = "".join(f'r{i},"{t}",{lab}\n' for i, (t, lab) in enumerate(zip(texts, labels, strict=True)))
+    path.write_text("id,text,label\n" + rows)
 
 
 @pytest.fixture(scope="module")
@@ -630,6 +637,64 @@ def test_train_from_redis_weights_corrections_and_records_it(
     assert heads["cv"].training["data"]["l2_from"] == "cv"
     assert main(["train", *flags, "--tickets", "x.csv", "--correction-weight", "2", "--out", "y"]) == 2
     assert "--correction-weight needs --from-redis" in capsys.readouterr().err
+
+
+@pytest.mark.redis
+def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_where_it_pays(
+    tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Few labelled tickets per label and no unlabelled file: the texts the workers kept (P:text:<id>) are
+    self-trained on, checked out of fold as a file's would be; --stream-tickets 0 and an --unlabeled file
+    turn that off, and plenty of labels per label does not ask for it."""
+    import redis
+
+    from producer.client import Client
+    from producer.protocol import Keys, Result
+    from worker.cli import main
+
+    keys = Keys(prefix)
+    r = redis.Redis.from_url(redis_url)
+    texts, labels = labelled(4)
+    base = tmp_path / "base.csv"
+    write_labelled(base, texts, labels)
+    for i, t in enumerate([*texts, texts[0]]):  # the last one repeats a training row's text: not learnt twice
+        r.hset(keys.results, f"s{i}", Result(f"s{i}", "billing", {"billing": 1.0}, "m", "d").to_json())
+        r.set(keys.text(f"s{i}"), f"{t} (seen again)" if i < len(texts) else t, ex=60)
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    flags += ["--from-redis", "--tickets", str(base)]
+
+    def trained(*extra: str) -> tuple[dict[str, Any], str]:
+        out = tmp_path / "h.head"
+        assert main(["train", *flags, *extra, "--out", str(out)]) == 0
+        return Head.load(out).training, capsys.readouterr().out
+
+    got, printed = trained()
+    assert f"self-training on {len(texts)} tickets the workers classified" in printed
+    assert got["data"]["unlabeled"] == "stream" and got["beyond"]["unlabeled"] == len(texts)
+    assert "used" in got["beyond"]  # judged out of fold like any other extras
+    got, printed = trained("--stream-tickets", "5")
+    assert got["beyond"]["unlabeled"] == 5
+    got, printed = trained("--stream-tickets", "0")
+    assert got["data"]["unlabeled"] is None and "beyond" not in got
+    assert "workers classified" not in printed
+    (tmp_path / "free.csv").write_text("id,text\nu1,a refund please\nu2,the app crashes\n")
+    got, _ = trained("--unlabeled", str(tmp_path / "free.csv"))
+    assert got["data"]["unlabeled"] == "free.csv" and got["beyond"]["unlabeled"] == 2
+    self_taught = Head.load(tmp_path / "h.head")
+    many, many_labels = labelled(21)  # the median label has more than 20 tickets: no stream asked for
+    write_labelled(base, many, many_labels)
+    got, printed = trained()
+    assert got["data"]["unlabeled"] is None and "workers classified" not in printed
+    # unless the head in use self-trained: a head published from corrections keeps doing so, and the
+    # publish gate judges it like for like instead of refusing it (exit 7)
+    self_taught.training["beyond"] = {**self_taught.training["beyond"], "used": True}
+    Client(r, prefix).publish_head(self_taught.to_bytes())
+    got, printed = trained("--publish")
+    assert (
+        got["data"]["unlabeled"] == "stream" and "self-training in every fold, as its head learnt:" in printed
+    )
+    assert main(["train", *flags, "--stream-tickets", "-1", "--out", str(tmp_path / "x")]) == 2
+    assert "stream" in capsys.readouterr().err
 
 
 def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:

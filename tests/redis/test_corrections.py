@@ -158,6 +158,31 @@ def test_read_corrections_makes_a_training_set(r: redis.Redis, keys: Keys) -> No
     assert (data.from_redis, data.from_file) == (3, 1)
 
 
+def test_the_stream_s_kept_texts_are_read_a_chunk_at_a_time_to_self_train_on(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train --from-redis`` self-trains on the texts workers kept: every result's text still kept, none
+    expired, empty or not UTF-8, none whose id or text the training rows already have, each text once."""
+    from worker.corrections import stream_texts
+
+    monkeypatch.setattr(client_mod, "_KEPT_CHUNK", 7)  # several HSCAN calls and pipelines, not one
+    client = Client(r, keys.prefix)
+    for i in range(40):
+        seen(r, keys, f"s{i}", f"stream ticket {i % 30}")  # ten texts twice
+    r.delete(keys.text("s3"))  # expired: its result stays, its text is gone
+    r.set(keys.text("s4"), "   ")
+    r.set(keys.text("s5"), b"\xff\xfe not utf-8")
+    r.set(keys.text("orphan"), "a text without a result is not walked to")
+    got = dict(client.kept_texts(100))
+    assert len(got) == 37 and {"s3", "s4", "s5", "orphan"}.isdisjoint(got)
+    assert got["s0"] == "stream ticket 0" and got["s39"] == "stream ticket 9"
+    assert len(client.kept_texts(10)) == 10 and client.kept_texts(0) == []
+    assert {tid for tid, _ in client.kept_texts(100, skip={"s0", "s1"})} == set(got) - {"s0", "s1"}
+    texts = stream_texts(client, 100, known_ids=["s6"], known_texts=["stream ticket 7"])
+    # 3, 4, 5 and 6 come again from s33..s36; 7 is a training row's text
+    assert len(texts) == 29 and set(texts) == {f"stream ticket {i}" for i in range(30) if i != 7}
+
+
 class HeadClassifier(FakeClassifier):
     """The fake classifier plus the head contract: a "head" is bytes naming the label it always gives."""
 
