@@ -229,7 +229,11 @@ def run(ns: argparse.Namespace) -> int:
         except redis.RedisError as exc:
             return fail(f"Redis: {type(exc).__name__}: {exc}", for_redis_error(exc))
         streamed = len(free)
-        source += f"; self-training on {streamed} tickets the workers classified (kept in Redis)"
+        source += (
+            f"; self-training on {streamed} tickets the workers classified (kept in Redis)"
+            if streamed
+            else "; no texts of classified tickets kept in Redis to self-train on (--keep-text-s)"
+        )
     # --l2 in-use: the new head keeps the penalty of the head in use, so that it differs from it by what
     # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
     own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None

@@ -676,7 +676,7 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
     assert got["beyond"]["unlabeled"] == 5
     got, printed = trained("--stream-tickets", "0")
     assert got["data"]["unlabeled"] is None and "beyond" not in got
-    assert "workers classified" not in printed
+    assert "workers classified" not in printed and "self-train on" not in printed
     (tmp_path / "free.csv").write_text("id,text\nu1,a refund please\nu2,the app crashes\n")
     got, _ = trained("--unlabeled", str(tmp_path / "free.csv"))
     assert got["data"]["unlabeled"] == "free.csv" and got["beyond"]["unlabeled"] == 2
@@ -693,6 +693,15 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
     assert (
         got["data"]["unlabeled"] == "stream" and "self-training in every fold, as its head learnt:" in printed
     )
+    # the workers kept no texts: said, and then the gate cannot compare like with like (exit 7)
+    with r.pipeline() as pipe:
+        for i in range(len(texts) + 1):
+            pipe.delete(keys.text(f"s{i}"))
+        pipe.execute()
+    assert main(["train", *flags, "--publish"]) == 7
+    captured = capsys.readouterr()
+    assert "no texts of classified tickets kept in Redis" in captured.out and "--keep-text-s" in captured.out
+    assert "not published" in captured.err
     assert main(["train", *flags, "--stream-tickets", "-1", "--out", str(tmp_path / "x")]) == 2
     assert "stream" in capsys.readouterr().err
 
