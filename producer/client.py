@@ -47,6 +47,7 @@ _PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded requ
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
 DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
 _KEPT_CHUNK = 200  # results scanned, and texts read in one pipeline, at a time (Client.kept_texts)
+_KEPT_WALK = 10  # results looked at per text wanted, at most (Client.kept_texts)
 _DEAD_FIRST_CHUNK = 16  # letters in the scan's first read; the next reads are sized by the bytes left
 
 
@@ -392,7 +393,8 @@ class Client:
         (``P:text:<id>``, written with each result), in ``P:results``' scan order; ids in ``skip``, texts
         that are empty or not UTF-8, and results whose text expired are left out. ``P:results`` is walked
         with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
-        or holds the server for long."""
+        or holds the server for long; at most ``_KEPT_WALK`` times ``limit`` results are looked at, so a
+        hash of results kept long after their texts expired is not read whole."""
         out: list[tuple[str, str]] = []
         ids: list[str] = []
 
@@ -413,13 +415,14 @@ class Client:
 
         if limit < 1:
             return out
-        for raw_id, _ in self.redis.hscan_iter(self.keys.results, count=_KEPT_CHUNK):
+        scan = self.redis.hscan_iter(self.keys.results, count=_KEPT_CHUNK)
+        for walked, (raw_id, _) in enumerate(scan, start=1):
             tid = as_text(raw_id)
             if tid not in skip:
                 ids.append(tid)
-            if len(ids) >= _KEPT_CHUNK:
+            if len(ids) >= _KEPT_CHUNK or walked >= _KEPT_WALK * limit:
                 read()
-                if len(out) >= limit:
+                if len(out) >= limit or walked >= _KEPT_WALK * limit:
                     return out
         if ids:
             read()

@@ -181,6 +181,13 @@ def test_the_stream_s_kept_texts_are_read_a_chunk_at_a_time_to_self_train_on(
     texts = stream_texts(client, 100, known_ids=["s6"], known_texts=["stream ticket 7"])
     # 3, 4, 5 and 6 come again from s33..s36; 7 is a training row's text
     assert len(texts) == 29 and set(texts) == {f"stream ticket {i}" for i in range(30) if i != 7}
+    gets: list[str] = []
+    plain_get = redis.client.Pipeline.get
+    with monkeypatch.context() as m:
+        m.setattr(redis.client.Pipeline, "get", lambda self, key: gets.append(key) or plain_get(self, key))
+        for i in range(40):
+            r.delete(keys.text(f"s{i}"))  # every text expired: at most 10 results per text wanted are read
+        assert client.kept_texts(2) == [] and len(gets) == 20
 
 
 class HeadClassifier(FakeClassifier):
