@@ -183,8 +183,13 @@ def test_the_stream_s_kept_texts_are_read_a_chunk_at_a_time_to_self_train_on(
     assert len(texts) == 29 and set(texts) == {f"stream ticket {i}" for i in range(30) if i != 7}
     gets: list[str] = []
     plain_get = redis.client.Pipeline.get
+
+    def counted(self: redis.client.Pipeline, key: str) -> Any:
+        gets.append(key)
+        return plain_get(self, key)
+
     with monkeypatch.context() as m:
-        m.setattr(redis.client.Pipeline, "get", lambda self, key: gets.append(key) or plain_get(self, key))
+        m.setattr(redis.client.Pipeline, "get", counted)
         for i in range(40):
             r.delete(keys.text(f"s{i}"))  # every text expired: at most 10 results per text wanted are read
         assert client.kept_texts(2) == [] and len(gets) == 20
