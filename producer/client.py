@@ -31,6 +31,7 @@ from producer.learning import (
 from producer.protocol import (
     DEFAULT_PREFIX,
     MAX_LETTER_BYTES,
+    MAX_TEXT_CHARS,
     VERSION,
     BadTicket,
     DeadLetter,
@@ -391,7 +392,8 @@ class Client:
     def kept_texts(self, limit: int, skip: Container[str] = ()) -> list[tuple[str, str]]:
         """Up to ``limit`` (ticket id, text) of tickets the workers classified whose text is still kept
         (``P:text:<id>``, written with each result), in ``P:results``' scan order; ids in ``skip``, texts
-        that are empty or not UTF-8, and results whose text expired are left out. ``P:results`` is walked
+        that are empty, not UTF-8 or longer than a ticket may be, and results whose text expired are left
+        out. ``P:results`` is walked
         with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
         or holds the server for long; at most ``_KEPT_WALK`` times ``limit`` results are looked at, so a
         hash of results kept long after their texts expired is not read whole."""
@@ -409,7 +411,12 @@ class Client:
                         text = text.decode("utf-8")
                     except UnicodeDecodeError:
                         continue
-                if isinstance(text, str) and text.strip() and len(out) < limit:
+                if (
+                    isinstance(text, str)
+                    and text.strip()
+                    and len(text) <= MAX_TEXT_CHARS
+                    and len(out) < limit
+                ):
                     out.append((tid, text))
             ids.clear()
 
