@@ -35,7 +35,8 @@ key                        type    what                                         
                                    dead-lettered, ``dead_digests`` their payloads' digests), so
                                    clients wait without polling (see :class:`Event`).
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
-                                   (~160 bytes + the text each, on Redis 7.0).                  ``text-s``
+                                   and self-training (``train --from-redis``; ~160 bytes + the  ``text-s``
+                                   text each, on Redis 7.0).
 ``P:labels``               hash    id -> correction JSON (:mod:`producer.learning`);            permanent
                                    ``unlabel.lua`` (``Client.unlabel``) withdraws one.
 ``P:labelset``             set     the task's labels, written by each worker; label.lua checks  at start
