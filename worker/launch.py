@@ -3,7 +3,8 @@
 
 The one launcher of the bench's end-to-end mode, the chaos harness and the process tests. Every exit is
 checked against what the caller did to the process: SIGKILL may end it any way, SIGTERM must end it with 0
-(a graceful stop), and a worker nobody signalled must not exit at all (:attr:`WorkerProcess.unexpected_exit`).
+(a graceful stop) once it serves (before, the signal's default action may end it), and a worker nobody
+signalled must not exit at all (:attr:`WorkerProcess.unexpected_exit`).
 """
 
 from __future__ import annotations
@@ -85,10 +86,20 @@ class WorkerProcess:
 
     @property
     def unexpected_exit(self) -> bool:
-        """An exit the caller did not cause: a crash, or a SIGTERM that did not end in a clean stop."""
+        """An exit the caller did not cause: a crash, or a SIGTERM that did not end in a clean stop. A
+        SIGTERM that came before the worker served (no ``worker_start`` logged: Python was still starting
+        or the model loading, nothing was claimed) may end it by the signal's default action: the worker's
+        own handler, which finishes the drain and exits 0, is installed once it is about to serve."""
         if self.exit_code is None or self.signalled == "SIGKILL":
             return False
+        if self.signalled == "SIGTERM" and self.exit_code == -signal.SIGTERM and not self.served:
+            return False
         return self.signalled is None or self.exit_code != 0
+
+    @property
+    def served(self) -> bool:
+        """Whether the worker logged ``worker_start``: its stop handler was in place."""
+        return any(event.get("event") == "worker_start" for event in self.events())
 
     def lines_after(self, offset: int = 0) -> list[str]:
         if not self.log.exists():
