@@ -196,7 +196,8 @@ def run(ns: argparse.Namespace) -> int:
         # are then the gate's evidence only)
         learn = [row in corrected or not store.corrections_only for row in range(len(items))]
         picked = [row for row, use in enumerate(learn) if use]
-        balance = args.balance or wants_balance(declared.balance, [labels[row] for row in picked])
+        learnt = [labels[row] for row in picked]
+        balance = args.balance or wants_balance(declared.balance, learnt)
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"
@@ -220,12 +221,11 @@ def run(ns: argparse.Namespace) -> int:
         return engine
     engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass
     in_use = _head_in_use(engine, published) if store.from_redis or store.publish else None
+    texts = [it.text for it in items]
     streamed = 0
-    if store.from_redis and not unlabeled and _wants_stream(store, [labels[row] for row in picked], in_use):
+    if store.from_redis and not unlabeled and _wants_stream(store, learnt, in_use):
         try:
-            free = corrections.stream_texts(
-                redis_client, store.stream_tickets, ids, [it.text for it in items]
-            )
+            free = corrections.stream_texts(redis_client, store.stream_tickets, ids, texts)
         except redis.RedisError as exc:
             return fail(f"Redis: {type(exc).__name__}: {exc}", for_redis_error(exc))
         streamed = len(free)
@@ -238,7 +238,6 @@ def run(ns: argparse.Namespace) -> int:
     # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
     own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None
     l2 = float(own_l2) if store.from_redis and store.l2 == "in-use" and own_l2 else None
-    texts = [it.text for it in items]
     try:
         recipe = recipe_for(engine, args.recipe)
     except ValueError as exc:  # a layer the model lacks
@@ -342,7 +341,9 @@ def _wants_stream(store: Any, labels: list[str], in_use: tuple[Any, str, bool] |
 
     if not store.stream_tickets:
         return False
-    return few_per_label(labels) or (isinstance(in_use, tuple) and self_trained(in_use[0].training))
+    return few_per_label(Counter(labels).values()) or (
+        isinstance(in_use, tuple) and self_trained(in_use[0].training)
+    )
 
 
 def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
@@ -518,7 +519,7 @@ def hints(head: Any, layers: Any) -> list[str]:
             "measured 2 to 4 points better on fine-grained intents, at 0.87x the items/s (docs/head.md)"
         )
     beyond = t.get("beyond", {})
-    if "unlabeled" not in beyond and few_per_label(list(Counter(t["counts"]).elements())):
+    if "unlabeled" not in beyond and few_per_label(t["counts"].values()):
         if "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
             what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4"
         else:
