@@ -392,8 +392,8 @@ class Client:
     def kept_texts(self, limit: int, skip: Container[str] = ()) -> list[tuple[str, str]]:
         """Up to ``limit`` (ticket id, text) of tickets the workers classified whose text is still kept
         (``P:text:<id>``, written with each result), in ``P:results``' scan order; ids in ``skip``, texts
-        that are empty, not UTF-8 or longer than a ticket may be, and results whose text expired are left
-        out. ``P:results`` is walked
+        that are empty, not UTF-8 or longer than a ticket may be, keys of another type, and results whose
+        text expired are left out. ``P:results`` is walked
         with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
         or holds the server for long; at most ``_KEPT_WALK`` times ``limit`` results are looked at, so a
         hash of results kept long after their texts expired is not read whole."""
@@ -404,7 +404,7 @@ class Client:
             with self.redis.pipeline(transaction=False) as pipe:
                 for tid in ids:
                     pipe.get(self.keys.text(tid))
-                raw = pipe.execute()
+                raw = pipe.execute(raise_on_error=False)  # a key of another type: skipped, not fatal
             for tid, text in zip(ids, raw, strict=True):
                 if isinstance(text, bytes):
                     try:
