@@ -1,7 +1,8 @@
 """A deterministic keyword classifier: a test double for the engine. Not part of the runtime package.
 
 A real worker service runs it with ``python -m tools.fakeworker --model fake:billing,technical,account``
-(optionally ``?delay_ms=N`` to make each batch slow, so tests can kill a worker mid-batch). It loads in
+(optionally ``?delay_ms=N`` to make each batch slow, so tests can kill a worker mid-batch, and
+``&load_ms=N`` to make it load slowly, so they can stop one while it loads). Otherwise it loads in
 microseconds and needs no torch, which keeps the end-to-end tests about the queue rather than the model.
 A label wins when the text mentions it (or a word starting with its first five letters); ties and no match
 go to the first label.
@@ -45,10 +46,11 @@ class KeywordClassifier:
 
     @classmethod
     def from_spec(cls, spec: str, *, batch_size: int = _BATCH) -> KeywordClassifier:
-        """``fake:a,b,c?delay_ms=20`` -> a classifier over labels a, b, c."""
+        """``fake:a,b,c?delay_ms=20&load_ms=0`` -> a classifier over labels a, b, c (made in load_ms)."""
         body, _, query = spec.removeprefix(PREFIX).partition("?")
         opts = parse_qs(query)
         delay = float(opts.get("delay_ms", ["0"])[0])
+        time.sleep(float(opts.get("load_ms", ["0"])[0]) / 1000)  # a slow model load, to stop a worker in
         return cls(
             [lab.strip() for lab in body.split(",") if lab.strip()], batch_size=batch_size, delay_ms=delay
         )

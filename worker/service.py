@@ -2,7 +2,8 @@
 
 Stopping. The first SIGTERM/SIGINT stops claiming; the drain being classified is finished and acked,
 anything claimed but not started is requeued, and the process exits 0. A second signal abandons the
-drain: what is held is requeued and the process exits at once (128 + signal number).
+drain: what is held is requeued and the process exits at once (128 + signal number). A signal before the
+service runs (the model loading) exits 0 at once: :func:`worker.wiring.serve`.
 
 Redis outages. Every Redis step is retried with bounded, jittered back-off (logged once per attempt,
 interruptible by a stop signal); a drain that was classified is acked when Redis is back, never

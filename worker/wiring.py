@@ -7,9 +7,10 @@ imports the CLI.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from producer.exitcodes import Exit
 from producer.protocol import Keys, cluster_prefix
@@ -100,7 +101,9 @@ def build_service(settings: Settings, loaded: Loaded, *, metrics: Metrics | None
 
 def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifier) -> int:
     """Log set-up, load, build, run until stopped; the exit status. A classifier that fails to load or
-    routes without a handler are one clear log line, not a traceback."""
+    routes without a handler are one clear log line, not a traceback. SIGTERM or SIGINT before the
+    service serves (Redis being checked, the model loading) stops the worker with exit 0: it holds
+    nothing yet."""
     from worker import logs
     from worker.metrics import Metrics
 
@@ -114,11 +117,34 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
             log.error("bad_settings", error=f"metrics-port {settings.metrics_port}: {exc}")
             return Exit.CONFIG
         log.info("metrics_serving", port=settings.metrics_port, path="/metrics")
+    # a stop while Redis is checked or the model loads (it can take a while) is a clean stop, exit 0:
+    # nothing is claimed yet; the service's own handlers take over once it is built
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for sig in before:  # main thread only, as the service's own
+            signal.signal(sig, _stop_before_serving)
+        try:
+            service = _start(settings, load, metrics, log)
+        except _StopBeforeServing as stop:
+            log.info("stopping", signal=signal.Signals(stop.signum).name, served=False)
+            return Exit.OK
+        return service if isinstance(service, int) else int(service.run())
+    finally:  # the caller's handlers back (a test's process goes on)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _start(
+    settings: Settings, load: Callable[[Settings], Loaded], metrics: Metrics, log: Any
+) -> Service | int:
+    """Redis checked, the classifier loaded and the service built, its signal handlers installed; or the
+    exit status of what failed, one clear log line each."""
     from worker.startcheck import check_redis
 
     checked = check_redis(settings, log)
     if checked is not None:
         return checked
+    log.info("loading", model=settings.engine.model)
     try:
         loaded = load(settings)
     except Exception as exc:  # one clear log line and exit 1 (2: a head that does not fit), not a traceback
@@ -133,7 +159,20 @@ def serve(settings: Settings, load: Callable[[Settings], Loaded] = load_classifi
         log.error("bad_routes", error=str(exc))
         return Exit.CONFIG
     service.install_signals()
-    return int(service.run())
+    return service
+
+
+class _StopBeforeServing(BaseException):
+    """SIGTERM/SIGINT before the service took over its signals. BaseException, so the load's ``except
+    Exception`` (a model that fails to load) does not swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_before_serving(signum: int, _: object) -> None:
+    raise _StopBeforeServing(signum)
 
 
 def _is_head_error(exc: Exception) -> bool:

@@ -114,6 +114,19 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(
     accounted(r, keys, 200)
 
 
+def test_sigterm_while_the_model_loads_exits_cleanly_and_claims_nothing(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    r.lpush(keys.tickets, *tickets(10))
+    worker = start(redis_url, keys, tmp_path / "w.log", "--model", FAKE + "?load_ms=30000", worker_id="W")
+    wait_for(lambda: "loading" in [e["event"] for e in list(worker.events())], what="the model to be loading")
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.wait(5) == 0  # not killed by the signal (143), nor waiting out the load
+    stopping = [e for e in list(worker.events()) if e["event"] == "stopping"]
+    assert stopping and stopping[0]["signal"] == "SIGTERM" and stopping[0]["served"] is False
+    assert r.llen(keys.tickets) == 10 and r.llen(keys.inflight("W")) == 0 and r.hlen(keys.results) == 0
+
+
 def test_a_second_signal_requeues_and_exits_at_once(
     redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
 ) -> None:
