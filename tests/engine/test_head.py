@@ -706,6 +706,32 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
     assert "stream" in capsys.readouterr().err
 
 
+def test_a_redis_error_while_the_stream_is_read_fails_train_with_redis_s_exit_code(
+    tiny_dir: Path, redis_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Redis lost half-way through the kept texts: one clear line and the Redis exit code, no head."""
+    import redis
+
+    from producer.client import Client
+    from producer.exitcodes import Exit
+    from worker.cli import main
+
+    def half_read(self: Client, limit: int, skip: Any = ()) -> Any:
+        yield "s0", "a refund for a double charge"
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(Client, "kept_texts", half_read)
+    texts, labels = labelled(4)
+    write_labelled(tmp_path / "base.csv", texts, labels)
+    out = tmp_path / "h.head"
+    flags = ["--model", str(tiny_dir), "--dtype", "float32", "--redis-url", redis_url, "--prefix", prefix]
+    code = main(["train", *flags, "--from-redis", "--tickets", str(tmp_path / "base.csv"), "--out", str(out)])
+    assert code == Exit.REDIS_ACCESS
+    assert "Redis: ConnectionError: Connection closed by server." in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_task_file_names_its_head_relative_to_itself(tiny_dir: Path, head: Head, tmp_path: Path) -> None:
     from worker.engine.options import EngineOptions
     from worker.engine.task import DEFAULT_TASK_PATH
