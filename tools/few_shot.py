@@ -71,7 +71,7 @@ def main() -> None:
     for draw in range(args.first_draw, args.first_draw + args.draws):
         start = time.perf_counter()
         rng = random.Random(draw)
-        picked = [i for c in sorted(by) for i in rng.sample(by[c], args.per_label)]
+        picked = [i for c in sorted(by) for i in rng.sample(by[c], min(args.per_label, len(by[c])))]
         x, y = xtr[picked], ytr[picked].tolist()
         f = fit(x, y, len(labels), seed=draw)
         scores["labelled"].append(accuracy(xte, yte, f.weight, f.bias))
