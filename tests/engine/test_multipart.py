@@ -376,6 +376,18 @@ def test_a_head_data_head_learns_the_label_names_and_unlabeled_data_its_task_dec
     again = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
     assert again.answer_heads["urgency"].id == head.id  # read from the cache, not trained again
     assert len(list((tmp_path / "cache" / "heads").iterdir())) == 2
+    # a cached head is trained again when what it self-trained on, or how, changes
+    from worker.engine import beyond
+
+    (tmp_path / "stream.csv").write_text("id,text\nu1,a refund for the double charge\nu2,the app crashes\n")
+    restreamed = Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert restreamed.answer_heads["urgency"].training["beyond"]["unlabeled"] == 2
+    assert len(list((tmp_path / "cache" / "heads").iterdir())) == 3
+    how = beyond.self_training()
+    with monkeypatch.context() as m:
+        m.setattr(beyond, "self_training", lambda: {**how, "weight": how["weight"] / 2})
+        Engine.load(EngineOptions(model=str(tiny_dir), dtype="float32", task=str(task)))
+    assert len(list((tmp_path / "cache" / "heads").iterdir())) == 4
     # no key, many labels and few tickets each: the names are learnt unasked (task.wants_names)
     fine = [f"intent_{i}" for i in range(FINE)]
     _csv(
