@@ -24,6 +24,7 @@ from producer.client import Client
 from producer.config import at_least, option
 from producer.learning import Correction
 from producer.options import RedisOptions
+from worker.engine.task import SELF_TRAIN_UP_TO
 
 STREAM_TICKETS = 10_000  # kept ticket texts self-trained on, at most (the banking example's file: 9,229)
 
@@ -85,8 +86,8 @@ class CorrectionsOptions(RedisOptions):
         STREAM_TICKETS,
         help="with --from-redis and no --unlabeled (nor the task's unlabeled_data): self-train on up to N "
         "of the tickets the workers classified, their texts as kept in Redis (P:text:<id>, labels unread), "
-        "where it pays: the median label has at most 20 labelled tickets, or the head in use self-trained; "
-        "0: never (docs/head.md, Corrections)",
+        f"where it pays: the median label has at most {SELF_TRAIN_UP_TO} labelled tickets, or the head in "
+        "use self-trained; 0: never (docs/head.md, Corrections)",
         check=at_least(0),
         metavar="N",
     )

@@ -72,7 +72,7 @@ from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import FINE, Preset, Recipe, parse_spec
-from worker.engine.task import few_per_label
+from worker.engine.task import SELF_TRAIN_UP_TO, few_per_label
 from worker.evaluate import confusion_lines
 from worker.review import AccuracyOptions
 
@@ -334,14 +334,15 @@ STREAM = "stream"  # training["data"]["unlabeled"] of a head that self-trained o
 
 def _wants_stream(store: Any, labels: list[str], in_use: tuple[Any, str, bool] | str | None) -> bool:
     """Whether ``train --from-redis``, offered no unlabelled file, self-trains on the tickets the workers
-    classified: where self-training pays (few labelled tickets per label, :func:`few_per_label`) or where
+    classified: where self-training pays (the median label has at most :data:`SELF_TRAIN_UP_TO` labelled
+    tickets, :func:`few_per_label`) or where
     the head in use self-trained (a head published from corrections keeps what it learnt that way, and the
     publish gate compares like with like); never with ``--stream-tickets 0``."""
     from worker.gate import self_trained
 
     if not store.stream_tickets:
         return False
-    return few_per_label(Counter(labels).values()) or (
+    return few_per_label(Counter(labels).values(), SELF_TRAIN_UP_TO) or (
         isinstance(in_use, tuple) and self_trained(in_use[0].training)
     )
 
@@ -519,13 +520,16 @@ def hints(head: Any, layers: Any) -> list[str]:
             "measured 2 to 4 points better on fine-grained intents, at 0.87x the items/s (docs/head.md)"
         )
     beyond = t.get("beyond", {})
-    if "unlabeled" not in beyond and few_per_label(t["counts"].values()):
-        if "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
-            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4"
+    counts = t["counts"].values()
+    if "unlabeled" not in beyond and few_per_label(counts, SELF_TRAIN_UP_TO):
+        if not few_per_label(counts):  # more than FEW per label: names no longer pay, self-training less
+            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "about a point"
+        elif "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
+            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4 points"
         else:
-            what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6"
+            what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6 points"
         out.append(
-            f"hint: with few tickets per label, {what} measured {gain} points better on 77 intents; train "
+            f"hint: with few tickets per label, {what} measured {gain} better on 77 intents; train "
             "checks them out of fold (docs/head.md); --from-redis self-trains on the tickets your workers "
             "classified unasked"
         )

@@ -103,6 +103,11 @@ def test_a_fine_grained_head_on_the_default_recipe_is_told_what_measured_better(
     assert named[:2] == lines[:2] and "--unlabeled FILE" in named[2] and "--label-names" not in named[2]
     both = {"used": False, "label_names": FINE, "unlabeled": 50}  # both tried: nothing more to suggest
     assert hints(head(FINE, 10, default, beyond=both), 30) == [lines[0], lines[1]]
+    # 21 to 50 per label: names no longer measured better, self-training still did (about a point)
+    middling = hints(head(FINE, 30, Recipe.parse(RICH)), 30)
+    assert len(middling) == 2 and "--unlabeled FILE" in middling[1] and "about a point better" in middling[1]
+    assert "--label-names" not in middling[1]
+    assert hints(head(FINE, 51, Recipe.parse(RICH)), 30) == []
 
 
 def test_labels_not_in_the_task_name_the_tickets_that_carry_them() -> None:
