@@ -397,42 +397,41 @@ class Client:
         with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
         or holds the server for long; at most ``_KEPT_WALK`` times ``limit`` results are looked at, so a
         hash of results kept long after their texts expired is not read whole."""
+        if limit < 1:
+            return []
+        most = _KEPT_WALK * limit  # results looked at, at most
         out: list[tuple[str, str]] = []
         ids: list[str] = []
-
-        def read() -> None:
-            with self.redis.pipeline(transaction=False) as pipe:
-                for tid in ids:
-                    pipe.get(self.keys.text(tid))
-                raw = pipe.execute(raise_on_error=False)  # a key of another type: skipped, not fatal
-            for tid, text in zip(ids, raw, strict=True):
-                if isinstance(text, bytes):
-                    try:
-                        text = text.decode("utf-8")
-                    except UnicodeDecodeError:
-                        continue
-                if (
-                    isinstance(text, str)
-                    and text.strip()
-                    and len(text) <= MAX_TEXT_CHARS
-                    and len(out) < limit
-                ):
-                    out.append((tid, text))
-            ids.clear()
-
-        if limit < 1:
-            return out
         scan = self.redis.hscan_iter(self.keys.results, count=_KEPT_CHUNK)
         for walked, (raw_id, _) in enumerate(scan, start=1):
             tid = as_text(raw_id)
             if tid not in skip:
                 ids.append(tid)
-            if len(ids) >= _KEPT_CHUNK or walked >= _KEPT_WALK * limit:
-                read()
-                if len(out) >= limit or walked >= _KEPT_WALK * limit:
-                    return out
-        if ids:
-            read()
+            if len(ids) >= _KEPT_CHUNK or walked >= most:
+                out += self._ticket_texts(ids)
+                ids = []
+                if len(out) >= limit or walked >= most:
+                    break
+        return (out + self._ticket_texts(ids))[:limit]
+
+    def _ticket_texts(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+        """(id, text) of those ``ids`` whose kept text could be a ticket's (UTF-8, not blank, at most
+        ``MAX_TEXT_CHARS``), read with one pipelined GET each; a key of another type is skipped, not fatal."""
+        if not ids:
+            return []
+        with self.redis.pipeline(transaction=False) as pipe:
+            for tid in ids:
+                pipe.get(self.keys.text(tid))
+            raw = pipe.execute(raise_on_error=False)
+        out = []
+        for tid, text in zip(ids, raw, strict=True):
+            if isinstance(text, bytes):
+                try:
+                    text = text.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+            if isinstance(text, str) and text.strip() and len(text) <= MAX_TEXT_CHARS:
+                out.append((tid, text))
         return out
 
     def corrections(self) -> Iterator[tuple[str, str, str]]:
