@@ -80,7 +80,8 @@ class CorrectionsOptions(RedisOptions):
         "in-use",
         choices=("in-use", "cv"),
         help="with --from-redis: the new head's L2 penalty: the head in use's (`in-use`; cross-validation "
-        "when there is none) or chosen again by cross-validation (`cv`)",
+        "when there is none, or when it learnt from other base rows than these) or chosen again by "
+        "cross-validation (`cv`)",
     )
     stream_tickets: int = option(
         STREAM_TICKETS,

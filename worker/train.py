@@ -235,9 +235,13 @@ def run(ns: argparse.Namespace) -> int:
             else "; no texts of classified tickets kept in Redis to self-train on (--keep-text-s)"
         )
     # --l2 in-use: the new head keeps the penalty of the head in use, so that it differs from it by what
-    # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections)
+    # the corrections teach, not by a penalty chosen again on a few more rows (docs/head.md, Corrections);
+    # not when that head learnt from other base data: its penalty was chosen for other rows
     own_l2 = in_use[0].training.get("l2") if isinstance(in_use, tuple) else None
     l2 = float(own_l2) if store.from_redis and store.l2 == "in-use" and own_l2 else None
+    if l2 is not None and not store.corrections_only and _other_base(in_use, base, base_sha256, head_data):
+        l2 = None
+        source += "; L2 chosen again by cross-validation: the head in use learnt from other base data"
     try:
         recipe = recipe_for(engine, args.recipe)
     except ValueError as exc:  # a layer the model lacks
@@ -345,6 +349,25 @@ def _wants_stream(store: Any, labels: list[str], in_use: tuple[Any, str, bool] |
     return few_per_label(Counter(labels).values(), SELF_TRAIN_UP_TO) or (
         isinstance(in_use, tuple) and self_trained(in_use[0].training)
     )
+
+
+def _other_base(
+    in_use: tuple[Any, str, bool] | str | None,
+    base: str | None,
+    base_sha256: str | None,
+    head_data: str | None,
+) -> bool:
+    """Whether the head in use is known to have learnt from other base rows than ``base``: the task's
+    head when ``base`` is not its ``head_data``, or a head whose training record names another file's
+    digest (a head without that record: not known, False)."""
+    if not isinstance(in_use, tuple):
+        return False
+    current, _, from_head_data = in_use
+    if from_head_data:
+        return base is None or head_data is None or Path(base).resolve() != Path(head_data).resolve()
+    data = current.training.get("data")
+    used = data.get("base_sha256") if isinstance(data, dict) else None
+    return used is not None and used != base_sha256
 
 
 def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:

@@ -609,6 +609,7 @@ def test_train_from_redis_weights_corrections_and_records_it(
     publish gate can refit it the same way when it is the head in use."""
     import redis
 
+    from producer.client import Client
     from producer.learning import Correction
     from producer.protocol import Keys
     from worker.cli import main
@@ -635,6 +636,20 @@ def test_train_from_redis_weights_corrections_and_records_it(
     assert heads["1"].training["data"]["l2_from"] == "in-use"
     assert heads["1"].training["l2"] == heads["5"].training["l2"]
     assert heads["cv"].training["data"]["l2_from"] == "cv"
+    # other base rows than the head in use learnt from: its penalty was chosen for those, so it is chosen
+    # again, and said; once a head trained on those rows is in use, its penalty is kept again
+    other = tmp_path / "other.csv"
+    write_labelled(other, *labelled(4))
+    for published in (False, True):
+        out = tmp_path / f"other-{published}.head"
+        assert main(["train", *flags, "--from-redis", "--tickets", str(other), "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
+        assert (
+            "L2 chosen again by cross-validation: the head in use learnt from other base data" in printed
+        ) != (published)
+        assert ("the head in use's)" in printed) == published
+        assert Head.load(out).training["data"]["l2_from"] == ("in-use" if published else "cv")
+        Client(r, prefix).publish_head(out.read_bytes())
     assert main(["train", *flags, "--tickets", "x.csv", "--correction-weight", "2", "--out", "y"]) == 2
     assert "--correction-weight needs --from-redis" in capsys.readouterr().err
 
@@ -681,7 +696,6 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
     (tmp_path / "free.csv").write_text("id,text\nu1,a refund please\nu2,the app crashes\n")
     got, _ = trained("--unlabeled", str(tmp_path / "free.csv"))
     assert got["data"]["unlabeled"] == "free.csv" and got["beyond"]["unlabeled"] == 2
-    self_taught = Head.load(tmp_path / "h.head")
     # the median label has more tickets than self-training measured a gain at: no stream asked for
     many, many_labels = labelled(SELF_TRAIN_UP_TO + 1)
     write_labelled(base, many, many_labels)
@@ -689,6 +703,8 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
     assert got["data"]["unlabeled"] is None and "workers classified" not in printed
     # unless the head in use self-trained: a head published from corrections keeps doing so, and the
     # publish gate judges it like for like instead of refusing it (exit 7)
+    trained("--unlabeled", str(tmp_path / "free.csv"))  # on these rows
+    self_taught = Head.load(tmp_path / "h.head")
     self_taught.training["beyond"] = {**self_taught.training["beyond"], "used": True}
     Client(r, prefix).publish_head(self_taught.to_bytes())
     got, printed = trained("--publish")
@@ -696,6 +712,7 @@ def test_train_from_redis_self_trains_on_the_tickets_the_workers_classified_wher
         got["data"]["unlabeled"] == "stream" and "self-training in every fold, as its head learnt:" in printed
     )
     # the workers kept no texts: said, and then the gate cannot compare like with like (exit 7)
+    Client(r, prefix).publish_head(self_taught.to_bytes())  # in use again, whatever the last one learnt
     with r.pipeline() as pipe:
         for i in range(len(texts) + 1):
             pipe.delete(keys.text(f"s{i}"))
