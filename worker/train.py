@@ -553,8 +553,8 @@ def hints(head: Any, layers: Any) -> list[str]:
             what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6 points"
         out.append(
             f"hint: with few tickets per label, {what} measured {gain} better on 77 intents; train "
-            "checks them out of fold (docs/head.md); --from-redis self-trains on the tickets your workers "
-            "classified unasked"
+            "checks them out of fold (docs/head.md); with no file, --from-redis self-trains on the texts "
+            "your workers kept (--keep-text-s, --stream-tickets)"
         )
     return ["", *out] if out else []
 
