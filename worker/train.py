@@ -339,9 +339,9 @@ STREAM = "stream"  # training["data"]["unlabeled"] of a head that self-trained o
 def _wants_stream(store: Any, labels: list[str], in_use: tuple[Any, str, bool] | str | None) -> bool:
     """Whether ``train --from-redis``, offered no unlabelled file, self-trains on the tickets the workers
     classified: where self-training pays (the median label has at most :data:`SELF_TRAIN_UP_TO` labelled
-    tickets, :func:`few_per_label`) or where
-    the head in use self-trained (a head published from corrections keeps what it learnt that way, and the
-    publish gate compares like with like); never with ``--stream-tickets 0``."""
+    tickets, :func:`few_per_label`) or where the head in use self-trained (a head published from
+    corrections keeps what it learnt that way, and the publish gate compares like with like); never with
+    ``--stream-tickets 0``."""
     from worker.gate import self_trained
 
     if not store.stream_tickets:
