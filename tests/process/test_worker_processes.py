@@ -119,7 +119,7 @@ def test_sigterm_while_the_model_loads_exits_cleanly_and_claims_nothing(
 ) -> None:
     r.lpush(keys.tickets, *tickets(10))
     worker = start(redis_url, keys, tmp_path / "w.log", "--model", FAKE + "?load_ms=30000", worker_id="W")
-    wait_for(lambda: "loading" in [e["event"] for e in list(worker.events())], what="the model to be loading")
+    wait_for(lambda: "loading" in [e["event"] for e in list(worker.events())], 30, "the model to be loading")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.wait(5) == 0  # not killed by the signal (143), nor waiting out the load
     stopping = [e for e in list(worker.events()) if e["event"] == "stopping"]
