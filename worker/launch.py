@@ -87,9 +87,9 @@ class WorkerProcess:
     @property
     def unexpected_exit(self) -> bool:
         """An exit the caller did not cause: a crash, or a SIGTERM that did not end in a clean stop. A
-        SIGTERM that came before the worker served (no ``worker_start`` logged: Python was still starting
-        or the model loading, nothing was claimed) may end it by the signal's default action: the worker's
-        own handler, which finishes the drain and exits 0, is installed once it is about to serve."""
+        SIGTERM that came before the worker served (no ``worker_start`` logged: Python was still starting,
+        nothing was claimed) may end it by the signal's default action: the worker's own handlers are
+        installed once ``serve`` begins (exit 0 while the model loads; the drain finished once serving)."""
         if self.exit_code is None or self.signalled == "SIGKILL":
             return False
         if self.signalled == "SIGTERM" and self.exit_code == -signal.SIGTERM and not self.served:

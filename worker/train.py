@@ -364,10 +364,15 @@ def _other_base(
         return False
     current, _, from_head_data = in_use
     if from_head_data:
-        return base is None or head_data is None or Path(base).resolve() != Path(head_data).resolve()
+        return not _is_head_data(base, head_data)
     data = current.training.get("data")
     used = data.get("base_sha256") if isinstance(data, dict) else None
     return used is not None and used != base_sha256
+
+
+def _is_head_data(base: str | None, head_data: str | None) -> bool:
+    """Whether the base rows are the task's (or question's) ``head_data`` file, the task's head's rows."""
+    return base is not None and head_data is not None and Path(base).resolve() == Path(head_data).resolve()
 
 
 def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
@@ -420,9 +425,7 @@ def _gate(
         return None
     current, name, from_head_data = found
     # the task's own head was trained on exactly the evidence's base rows when the base is its head_data
-    own = (
-        from_head_data and base is not None and Path(base).resolve() == Path(engine.task.head_data).resolve()
-    )
+    own = from_head_data and _is_head_data(base, engine.task.head_data)
     rows = gate.rows_trained_on(current.training, ids, corrected, base_sha256, own=own)
     in_use = gate.InUse(current, name, rows, gate.correction_weights(current.training, ids, corrected))
     if names is None and gate.learnt_names(current.training):
@@ -545,10 +548,11 @@ def hints(head: Any, layers: Any) -> list[str]:
     beyond = t.get("beyond", {})
     counts = t["counts"].values()
     if "unlabeled" not in beyond and few_per_label(counts, SELF_TRAIN_UP_TO):
+        free = "--unlabeled FILE (tickets nobody labelled, to self-train on)"
         if not few_per_label(counts):  # more than FEW per label: names no longer pay, self-training less
-            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "about a point"
+            what, gain = free, "about a point"
         elif "label_names" in beyond:  # names were tried (asked, or unasked: task.wants_names)
-            what, gain = "--unlabeled FILE (tickets nobody labelled, to self-train on)", "3 to 4 points"
+            what, gain = free, "3 to 4 points"
         else:
             what, gain = "--label-names and --unlabeled FILE (tickets nobody labelled)", "4 to 6 points"
         out.append(
