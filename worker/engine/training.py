@@ -417,6 +417,50 @@ def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | No
     return head
 
 
+def head_cache_key(
+    ident: Identity,
+    dtype: str,
+    recipe: Recipe,
+    data: bytes,
+    labels: Sequence[str],
+    *,
+    auto_accuracy: float | None,
+    label_names: bool,
+    unlabeled: bytes | None,
+    balance: bool,
+) -> str:
+    """The cache entry of a head trained on first use: a digest of everything it depends on (the model's
+    weights, the prompt, the task's labels, the data and its ``labels``, the dtype, the recipe, the way
+    heads are trained, the ticketq version, and what :func:`cached_head` describes). A part added since
+    heads were first cached joins only when set, so the heads cached before it still match."""
+    # what the head also learns from (label names, unlabelled tickets)
+    beyond_key: dict[str, Any] = {
+        **({"label_names": list(beyond.NAME_PHRASES)} if label_names else {}),
+        **({"unlabeled": hashlib.sha256(unlabeled).hexdigest()} if unlabeled is not None else {}),
+    }
+    if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
+        beyond_key["cross_fitted"] = True
+    if unlabeled is not None:  # how the kept tickets are learnt from: a head self-trained otherwise retrains
+        beyond_key["self_training"] = beyond.self_training()
+    # a label with fewer tickets than folds: heads cached before fold_count had fewer folds or none, and
+    # retrain once; data without one keeps its key
+    few = {"folds": "most frequent label"} if min(Counter(labels).values(), default=FOLDS) < FOLDS else None
+    return digest(
+        ident.model_digest,
+        ident.prompt_digest,
+        list(ident.labels),
+        hashlib.sha256(data).hexdigest(),
+        dtype,
+        recipe.to_dict(),
+        TRAINING,
+        _version(),
+        *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
+        *([beyond_key] if beyond_key else []),
+        *([few] if few else []),
+        *([{"balance": True}] if balance else []),  # labels weighed equally; data without stays keyed
+    )[:24]
+
+
 def cached_head(
     engine: Engine,
     data: str | Path,
@@ -424,12 +468,10 @@ def cached_head(
     *,
     auto_accuracy: float | None = None,
 ) -> Head:
-    """The head trained from labelled ``data`` for this engine, from the cache or trained now and cached.
-
-    The cache key covers everything the head depends on: the model's weights, the prompt, the data,
-    the dtype the features are computed in, the recipe, the way heads are trained (:data:`TRAINING`), the
-    ticketq version and, when the task (or question) sets it, ``auto_accuracy``: the head then stores the
-    review threshold its out-of-fold predictions give (a key without it: heads cached before still match)."""
+    """The head trained from labelled ``data`` for this engine, from the cache or trained now and cached
+    under :func:`head_cache_key`: a change to anything the head depends on trains a new one. With
+    ``auto_accuracy`` (the task's or question's) the head stores the review threshold its out-of-fold
+    predictions give."""
 
     task = engine.task
     try:
@@ -445,33 +487,17 @@ def cached_head(
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
     label_names = wants_names(task.label_names, labels, len(task.labels))
     balance = wants_balance(task.balance, labels)
-    # what the head also learns from (label names, unlabelled tickets) joins the key only when set, so
-    # heads cached before these keys existed still match
-    beyond_key: dict[str, Any] = {
-        **({"label_names": list(beyond.NAME_PHRASES)} if label_names else {}),
-        **({"unlabeled": hashlib.sha256(free_raw).hexdigest()} if free_raw is not None else {}),
-    }
-    if beyond_key:  # extras judged and calibrated out of fold (beyond.cross_refit): not the heads before
-        beyond_key["cross_fitted"] = True
-    if free_raw is not None:  # how the kept tickets are learnt from: a head self-trained otherwise retrains
-        beyond_key["self_training"] = beyond.self_training()
-    # a label with fewer tickets than folds: heads cached before fold_count had fewer folds or none, and
-    # retrain once; data without one keeps its key
-    few = {"folds": "most frequent label"} if min(Counter(labels).values(), default=FOLDS) < FOLDS else None
-    key = digest(
-        ident.model_digest,
-        ident.prompt_digest,
-        list(ident.labels),
-        hashlib.sha256(raw).hexdigest(),
+    key = head_cache_key(
+        ident,
         engine.loaded.dtype_name,
-        recipe.to_dict(),
-        TRAINING,
-        _version(),
-        *([] if auto_accuracy is None else [{"auto_accuracy": auto_accuracy}]),
-        *([beyond_key] if beyond_key else []),
-        *([few] if few else []),
-        *([{"balance": True}] if balance else []),  # labels weighed equally; data without stays keyed
-    )[:24]
+        recipe,
+        raw,
+        labels,
+        auto_accuracy=auto_accuracy,
+        label_names=label_names,
+        unlabeled=free_raw,
+        balance=balance,
+    )
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
         try:
