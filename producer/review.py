@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer.client import Client, as_text
-from producer.protocol import Result
+from producer.protocol import MAX_REVIEW, Result
 from producer.strictjson import finite_number
+
+SUMMARY_CHUNK = 1_000  # ids per command when a queue is summed up (a full one holds MAX_REVIEW)
 
 
 @dataclass(frozen=True)
@@ -110,10 +112,22 @@ def summary(
     client: Client, now: float | None = None, question: str | None = None
 ) -> tuple[int, float | None]:
     """(tickets waiting for review on ``question``, age in seconds of the oldest result among them, or
-    None)."""
+    None). The age is read in slices while workers may add and trim: a ticket may be missed or read
+    twice then, which moves the age by as much."""
     r, keys = client.redis, client.keys
-    ids = [as_text(i) for i in r.zrange(keys.asking(question).review, 0, -1)]  # type: ignore[arg-type]
-    if not ids:
+    key = keys.asking(question).review
+    size = int(r.zcard(key))
+    if not size:
         return 0, None
-    times = [t for t in r.zmscore(keys.done, ids) if t is not None]
-    return len(ids), (max(0.0, (now or time.time()) - min(times)) if times else None)
+    # a full queue holds MAX_REVIEW ids: read in slices of SUMMARY_CHUNK, so no one command holds the
+    # Redis every client shares (the dashboard samples this every few seconds); two round trips in all
+    with r.pipeline(transaction=False) as pipe:
+        for start in range(0, min(size, MAX_REVIEW), SUMMARY_CHUNK):  # a queue is trimmed to that
+            pipe.zrange(key, start, start + SUMMARY_CHUNK - 1)
+        chunks = [c for c in pipe.execute() if c]
+    with r.pipeline(transaction=False) as pipe:
+        for ids in chunks:
+            pipe.zmscore(keys.done, ids)
+        scores = pipe.execute()
+    times = [t for chunk in scores for t in chunk if t is not None]
+    return size, (max(0.0, (now or time.time()) - min(times)) if times else None)

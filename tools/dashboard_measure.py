@@ -1,12 +1,15 @@
 """p95 latency of the dashboard's pages, and the Redis time each costs, over a large Redis.
 
 Starts a private ``redis-server`` (so ``INFO commandstats`` counts only the dashboard), seeds it with
-pipelines (default 100,000 results with their texts, 10,000 dead letters), serves the dashboard with
-uvicorn on a free local port and GETs each page ``--n`` times, one at a time. Redis time per request is
-the ``usec`` delta of ``INFO commandstats`` over those requests (the sampler is paused meanwhile); bytes
-are the ``total_net_output_bytes`` delta. Everything goes when it ends.
+pipelines (default 100,000 results with their texts, 10,000 dead letters, a review queue at its bound of
+``MAX_REVIEW`` ids), serves the dashboard with uvicorn on a free local port and GETs each page ``--n``
+times, one at a time; then runs the background sampler's work (:func:`producer.dashboard.overview.sample`,
+every ``--poll`` whether or not anyone looks) ``--n`` times. Redis time per request is the ``usec`` delta
+of ``INFO commandstats`` over those requests (the sampler is paused meanwhile); the longest command is
+SLOWLOG's longest duration (every command logged): how long one request held the Redis every client
+shares; bytes are the ``total_net_output_bytes`` delta. Everything goes when it ends.
 
-    python -m tools.dashboard_measure [--results 100000] [--dead 10000] [--n 50]
+    python -m tools.dashboard_measure [--results 100000] [--dead 10000] [--review 10000] [--n 50]
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def seed(r: redis.Redis, results: int, dead: int) -> None:
+def seed(r: redis.Redis, results: int, dead: int, review: int = 0) -> None:
     from producer.protocol import DeadLetter, Keys, Result
 
     keys, rng, now = Keys(PREFIX), random.Random(7), time.time()
@@ -77,6 +80,10 @@ def seed(r: redis.Redis, results: int, dead: int) -> None:
             )
             if n % 1000 == 999:
                 pipe.execute()
+        for n in range(0, review, 1000):  # the review queue: margins in no order of time, as workers write it
+            pipe.zadd(
+                keys.review, {f"T-{i}": (i * 7919 % review) / review for i in range(n, min(n + 1000, review))}
+            )
         pipe.execute()
 
 
@@ -98,25 +105,53 @@ def measure(base: str, r: redis.Redis, path: str, n: int) -> dict[str, Any]:
             assert resp.status_code == 200, (path, resp.status_code)
     usec1, calls1 = _commandstats(r)
     out1 = int(r.info("stats")["total_net_output_bytes"])
+    return _row(path, times, n, usec1 - usec0, calls1 - calls0, out1 - out0, r, len(resp.content))
+
+
+def _row(
+    path: str, times: list[float], n: int, usec: int, calls: int, out: int, r: redis.Redis, page: int
+) -> dict[str, Any]:
     times.sort()
+    longest = max((int(e["duration"]) for e in r.slowlog_get(1_000_000)), default=0)
+    r.slowlog_reset()
     return {
         "path": path,
         "p50_ms": round(1000 * statistics.median(times), 1),
         "p95_ms": round(1000 * times[max(0, round(0.95 * n) - 1)], 1),
-        "redis_ms": round((usec1 - usec0) / n / 1000, 2),  # the two INFO calls in between: microseconds
-        "commands": round((calls1 - calls0 - 2) / n, 1),
-        "redis_kib": round((out1 - out0) / n / 1024, 1),
-        "page_kib": round(len(resp.content) / 1024, 1),
+        "redis_ms": round(usec / n / 1000, 2),  # the two INFO calls in between: microseconds
+        "commands": round((calls - 2) / n, 1),
+        "longest_command_ms": round(longest / 1000, 2),  # SLOWLOG: the one command that held Redis longest
+        "redis_kib": round(out / n / 1024, 1),
+        "page_kib": round(page / 1024, 1),
     }
+
+
+def measure_sampler(client: Any, r: redis.Redis, n: int) -> dict[str, Any]:
+    """What the dashboard's background sampler costs each ``--poll`` (not a page: it runs whether or not
+    anyone looks)."""
+    from producer.dashboard import overview
+
+    history, times = overview.History(), []
+    r.slowlog_reset()
+    usec0, calls0 = _commandstats(r)
+    out0 = int(r.info("stats")["total_net_output_bytes"])
+    for _ in range(n):
+        t0 = time.perf_counter()
+        overview.sample(client, history)
+        times.append(time.perf_counter() - t0)
+    usec1, calls1 = _commandstats(r)
+    out1 = int(r.info("stats")["total_net_output_bytes"])
+    return _row("(the sampler, each poll)", times, n, usec1 - usec0, calls1 - calls0, out1 - out0, r, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=int, default=100_000)
     p.add_argument("--dead", type=int, default=10_000)
+    p.add_argument("--review", type=int, default=None, help="ids in the review queue (default MAX_REVIEW)")
     p.add_argument("--n", type=int, default=50)
     p.add_argument(
-        "--paths", default="/,/results,/results?label=fraud&low=1,/dead,/dead?page=150,/tickets/T-500"
+        "--paths", default="/,/results,/results?label=fraud&low=1,/dead,/dead?page=150,/tickets/T-500,/review"
     )
     args = p.parse_args(argv)
     import uvicorn
@@ -145,9 +180,15 @@ def main(argv: list[str] | None = None) -> int:
             except redis.ConnectionError:
                 time.sleep(0.05)
         t0 = time.perf_counter()
-        seed(r, args.results, args.dead)
+        from producer.protocol import MAX_REVIEW
+
+        review = MAX_REVIEW if args.review is None else args.review
+        seed(r, args.results, args.dead, min(review, args.results))
+        r.config_set("slowlog-log-slower-than", 0)  # every command's duration, for the longest one
+        r.config_set("slowlog-max-len", 1_000_000)
         print(
-            f"seeded {args.results} results, {args.dead} dead letters in {time.perf_counter() - t0:.1f} s; "
+            f"seeded {args.results} results, {args.dead} dead letters, {review} ids to review in "
+            f"{time.perf_counter() - t0:.1f} s; "
             f"Redis uses {r.info('memory')['used_memory_human']}",
             file=sys.stderr,
         )
@@ -163,11 +204,16 @@ def main(argv: list[str] | None = None) -> int:
         with httpx.Client(base_url=base) as http:  # warm up: templates compiled, first sample taken
             for path in args.paths.split(","):
                 http.get(path)
+        r.slowlog_reset()
         rows = [measure(base, r, path, args.n) for path in args.paths.split(",")]
+        rows.append(measure_sampler(Client.from_url(url, PREFIX), r, args.n))
         web.should_exit = True
         thread.join(timeout=10)
-        print("| page | p50 ms | p95 ms | Redis ms/request | commands/request | KiB from Redis | page KiB |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| page | p50 ms | p95 ms | Redis ms/request | commands/request | longest command ms "
+            "| KiB from Redis | page KiB |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
         for row in rows:
             cells = [f"`{row['path']}`", *(str(row[k]) for k in list(row)[1:])]
             print("| " + " | ".join(cells) + " |")
