@@ -84,19 +84,46 @@ class ReviewItem:
         }
 
 
-def queue(client: Client, limit: int = 100, offset: int = 0, question: str | None = None) -> list[ReviewItem]:
+def queue(
+    client: Client,
+    limit: int = 100,
+    offset: int = 0,
+    question: str | None = None,
+    *,
+    text_chars: int | None = None,
+    result_bytes: int | None = None,
+) -> list[ReviewItem]:
     """Tickets that need a person on ``question`` (None: the primary), smallest margin first, with their
-    result and text."""
+    result and text. For a page (the dashboard's): ``text_chars`` reads only each text's first characters
+    (GETRANGE; a longer one is clipped with "…"), and ``result_bytes`` stops before the result that would
+    take the bytes read past it (the first is always read): a queue of large texts and results is then
+    not read whole at every GET. None: whole texts, every result (``ticketq-producer review``)."""
     r, keys = client.redis, client.keys
     key = keys.asking(question).review
     ids = [as_text(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
+    if ids and result_bytes is not None:
+        with r.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.hstrlen(keys.results, i)
+            sizes = [int(n) for n in pipe.execute()]
+        spent, take = 0, 0
+        for size in sizes:
+            if take and spent + size > result_bytes:
+                break
+            spent, take = spent + size, take + 1
+        ids = ids[:take]
     if not ids:
         return []
     with r.pipeline(transaction=False) as pipe:
         pipe.zmscore(key, ids)
         pipe.hmget(keys.results, ids)
-        pipe.mget([keys.text(i) for i in ids])
-        scores, results, texts = pipe.execute()
+        if text_chars is None:
+            pipe.mget([keys.text(i) for i in ids])
+        else:
+            for i in ids:
+                pipe.getrange(keys.text(i), 0, 4 * text_chars)  # UTF-8: at most 4 bytes a character
+        scores, results, *rest = pipe.execute()
+    texts = rest[0] if text_chars is None else [_clipped(t, text_chars) for t in rest]
     out = []
     for tid, score, raw, text in zip(ids, scores, results, texts, strict=True):
         try:
@@ -106,6 +133,17 @@ def queue(client: Client, limit: int = 100, offset: int = 0, question: str | Non
         kept = None if text is None else as_text(text)
         out.append(ReviewItem(tid, float(score or 0.0), result, kept, question))
     return out
+
+
+def _clipped(head: bytes | str | None, chars: int) -> str | None:
+    """The first ``chars`` characters of a text read by its first ``4 * chars + 1`` bytes (None: no text
+    kept), with "…" when there was more (a character cut by the read is dropped)."""
+    if not head:
+        return None
+    if isinstance(head, str):  # a decoding connection
+        head = head.encode("utf-8", "surrogateescape")
+    text = head.decode("utf-8", "ignore")
+    return text if len(head) <= 4 * chars and len(text) <= chars else text[:chars].rstrip() + "…"
 
 
 def summary(

@@ -148,7 +148,13 @@ def _review(request: Request) -> dict[str, Any]:
         for q in asked:
             pipe.zcard(keys.asking(q).review)
         sizes = pipe.execute()
-    items = review.queue(st.client, REVIEW_ROWS, question=question)
+    items = review.queue(  # clipped texts, at most a page's bytes of results, as the results page reads
+        st.client,
+        REVIEW_ROWS,
+        question=question,
+        text_chars=data.LIST_TEXT_CHARS,
+        result_bytes=data.PAGE_BYTES,
+    )
     size, oldest = review.summary(st.client, question=question)
     return {
         "items": items,

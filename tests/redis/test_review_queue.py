@@ -295,3 +295,27 @@ def test_a_full_review_queue_is_summed_up_in_slices(
     assert (size, oldest) == (n, 10.0 + 996)
     reads = [k for c, k in sent if c in ("ZRANGE", "ZMSCORE")]
     assert len(reads) == 2 * n // SUMMARY_CHUNK and max(reads) <= SUMMARY_CHUNK
+
+
+def test_a_page_of_the_queue_reads_clipped_texts_and_a_bounded_share_of_results(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """The dashboard's review page (as its results page) reads each text's first characters, never whole
+    texts, and stops before the result that would pass its byte budget; the CLI reads everything."""
+    big = {"attachment": "x" * 60_000}  # producers may attach large fields: a result is then ~60 KiB
+    text = "é" * 20 + "z" * 16_000  # two-byte characters first: the clip counts characters, not bytes
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(30):
+            result = Result(f"b{i}", "billing", {"billing": 0.5, "technical": 0.5}, "m", "d", fields=big)
+            pipe.hset(keys.results, result.id, result.to_json())
+            pipe.set(keys.text(result.id), text if i else "short one")
+            pipe.zadd(keys.review, {result.id: i / 100})
+        pipe.execute()
+    client = Client(r, keys.prefix)
+    page = review.queue(client, 100, text_chars=300, result_bytes=1 << 20)
+    assert [i.id for i in page] == [f"b{i}" for i in range(17)]  # 17 x ~60 KiB fit in 1 MiB, 18 do not
+    assert page[0].text == "short one"  # a short text is whole
+    assert page[1].text == ("é" * 20 + "z" * 280) + "…" and all(i.result for i in page)
+    assert review.queue(client, 1, text_chars=300, result_bytes=10)[0].id == "b0"  # one is always read
+    whole = review.queue(client, 100)
+    assert len(whole) == 30 and whole[1].text == text
