@@ -22,6 +22,8 @@ from producer.strictjson import finite_number
 
 MAX_QUESTION_CHARS = 64  # a question name's longest (worker/engine/task.py's QUESTION_NAME)
 LABEL_FETCH = 2000  # newly finished results whose labels one sample reads; the rest at the next samples
+LABEL_BYTES = 1 << 20  # ... and the most result bytes it reads for them (the first result always)
+LABEL_SLICE = 200  # results per HMGET
 WINDOW_S = 600.0  # the chart's and the label mix's window
 BUCKET_S = 10.0  # the chart's resolution
 
@@ -190,6 +192,7 @@ class History:
             *counts, fresh = pipe.execute()
         new = [(as_text(i), float(at)) for i, at in fresh]
         labels = _labels_of(client, [i for i, _ in new])
+        new = new[: len(labels)]  # within the sample's bytes: the rest at the next samples
         with self._lock:
             self._done = dict(zip(buckets, (int(c) for c in counts), strict=True))
             self._waiting[self._bucket(now)] = waiting
@@ -199,7 +202,7 @@ class History:
                 self._seen_ids.add(tid)
                 if label is not None:
                     self._labels.setdefault(self._bucket(at), Counter())[label] += 1
-            self.caught_up = len(fresh) < LABEL_FETCH
+            self.caught_up = len(fresh) < LABEL_FETCH and len(new) == len(fresh)
             for table in (self._labels, self._waiting):
                 for b in [b for b in table if b < start]:
                     del table[b]
@@ -230,12 +233,25 @@ class History:
 
 
 def _labels_of(client: Client, ids: list[str]) -> list[str | None]:
+    """The labels of the first of ``ids`` whose results add up to at most :data:`LABEL_BYTES` (the first is
+    always read), in slices of :data:`LABEL_SLICE`: a label is read from its whole result, and results
+    carry what producers attach, so 2,000 of them at once could be a hundred megabytes."""
     if not ids:
         return []
+    with client.redis.pipeline(transaction=False) as pipe:
+        for i in ids:
+            pipe.hstrlen(client.keys.results, i)
+        sizes = [int(n) for n in pipe.execute()]
+    spent, take = 0, 0
+    for size in sizes:
+        if take and spent + size > LABEL_BYTES:
+            break
+        spent, take = spent + size, take + 1
     out: list[str | None] = []
-    for raw in client.redis.hmget(client.keys.results, ids):
-        try:
-            out.append(Result.from_json(raw).label if raw is not None else None)
-        except (ValueError, KeyError, TypeError):
-            out.append(None)
+    for start in range(0, take, LABEL_SLICE):
+        for raw in client.redis.hmget(client.keys.results, ids[start : min(take, start + LABEL_SLICE)]):
+            try:
+                out.append(Result.from_json(raw).label if raw is not None else None)
+            except (ValueError, KeyError, TypeError):
+                out.append(None)
     return out

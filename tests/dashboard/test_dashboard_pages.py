@@ -117,15 +117,29 @@ def test_the_overview_reads_the_recent_past_from_redis(make_app, r: redis.Redis,
         assert sum(history["rate"]) * overview.BUCKET_S == pytest.approx(30)
 
 
+@pytest.mark.parametrize(
+    ("fetch", "budget", "samples"),
+    [(3, overview.LABEL_BYTES, 4), (overview.LABEL_FETCH, 1, 10)],  # by count; by bytes: one result each
+)
 def test_labels_are_counted_exactly_once_across_fetch_boundaries(
-    r: redis.Redis, keys: Keys, prefix: str, monkeypatch: pytest.MonkeyPatch
+    r: redis.Redis,
+    keys: Keys,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    fetch: int,
+    budget: int,
+    samples: int,
 ) -> None:
-    monkeypatch.setattr(overview, "LABEL_FETCH", 3)
+    monkeypatch.setattr(overview, "LABEL_FETCH", fetch)
+    monkeypatch.setattr(overview, "LABEL_BYTES", budget)
     now = time.time()
     for n in range(10):  # all in the same millisecond: ties across every fetch boundary
         _put(r, keys, f"E-{n}", round(now - 30, 3), label=LABELS[n % 3])
     history, client = overview.History(), Client(r, prefix)
-    for _ in range(6):
+    for _ in range(samples - 1):
+        overview.sample(client, history, now)
+    assert not history.caught_up and sum(history.label_totals().values()) < 10
+    for _ in range(2):
         overview.sample(client, history, now)
     assert history.label_totals() == {"billing": 4, "account": 3, "technical": 3}
     assert history.caught_up
