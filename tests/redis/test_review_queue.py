@@ -319,3 +319,6 @@ def test_a_page_of_the_queue_reads_clipped_texts_and_a_bounded_share_of_results(
     assert review.queue(client, 1, text_chars=300, result_bytes=10)[0].id == "b0"  # one is always read
     whole = review.queue(client, 100)
     assert len(whole) == 30 and whole[1].text == text
+    for emoji, shown in (("😀" * 300, "😀" * 300), ("😀" * 301, "😀" * 300 + "…")):  # 4 bytes each
+        r.set(keys.text("b0"), emoji)
+        assert review.queue(client, 1, text_chars=300)[0].text == shown
