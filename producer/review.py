@@ -19,7 +19,7 @@ from producer.client import Client, as_text
 from producer.protocol import MAX_REVIEW, Result
 from producer.strictjson import finite_number
 
-SUMMARY_CHUNK = 1_000  # ids per command when a queue is summed up (a full one holds MAX_REVIEW)
+SUMMARY_CHUNK = 250  # ids per command when a queue is summed up (a full one holds MAX_REVIEW)
 
 
 @dataclass(frozen=True)
