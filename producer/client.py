@@ -317,6 +317,23 @@ class Client:
         """The newest dead letters first (an entry that is not a letter reads as one: DeadLetter.read)."""
         return [DeadLetter.read(r) for r in self.redis.lrange(self.keys.dead, 0, max(limit, 1) - 1)]
 
+    def results_within(self, ids: Sequence[str], budget: int) -> int:
+        """How many of ``ids``, from the first, have results that add up to at most ``budget`` bytes (the
+        first always counts): one pipelined HSTRLEN each, for readers that must not ask Redis for every
+        whole result at once (results carry what producers attach, up to ~70 KiB each)."""
+        if not ids:
+            return 0
+        with self.redis.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.hstrlen(self.keys.results, i)
+            sizes = [int(n) for n in pipe.execute()]
+        spent, take = 0, 0
+        for size in sizes:
+            if take and spent + size > budget:
+                break
+            spent, take = spent + size, take + 1
+        return take
+
     def stats(self) -> Stats:
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.llen(self.keys.tickets)

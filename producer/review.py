@@ -101,17 +101,8 @@ def queue(
     r, keys = client.redis, client.keys
     key = keys.asking(question).review
     ids = [as_text(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
-    if ids and result_bytes is not None:
-        with r.pipeline(transaction=False) as pipe:
-            for i in ids:
-                pipe.hstrlen(keys.results, i)
-            sizes = [int(n) for n in pipe.execute()]
-        spent, take = 0, 0
-        for size in sizes:
-            if take and spent + size > result_bytes:
-                break
-            spent, take = spent + size, take + 1
-        ids = ids[:take]
+    if result_bytes is not None:
+        ids = ids[: client.results_within(ids, result_bytes)]
     if not ids:
         return []
     with r.pipeline(transaction=False) as pipe:

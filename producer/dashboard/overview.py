@@ -238,15 +238,7 @@ def _labels_of(client: Client, ids: list[str]) -> list[str | None]:
     carry what producers attach, so 2,000 of them at once could be a hundred megabytes."""
     if not ids:
         return []
-    with client.redis.pipeline(transaction=False) as pipe:
-        for i in ids:
-            pipe.hstrlen(client.keys.results, i)
-        sizes = [int(n) for n in pipe.execute()]
-    spent, take = 0, 0
-    for size in sizes:
-        if take and spent + size > LABEL_BYTES:
-            break
-        spent, take = spent + size, take + 1
+    take = client.results_within(ids, LABEL_BYTES)
     out: list[str | None] = []
     for start in range(0, take, LABEL_SLICE):
         for raw in client.redis.hmget(client.keys.results, ids[start : min(take, start + LABEL_SLICE)]):
