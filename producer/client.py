@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -406,11 +406,14 @@ class Client:
             except (ValueError, TypeError):
                 continue
 
-    def kept_texts(self, limit: int, skip: Container[str] = ()) -> list[tuple[str, str]]:
+    def kept_texts(
+        self, limit: int, skip: Container[str] = (), accept: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, str]]:
         """Up to ``limit`` (ticket id, text) of tickets the workers classified whose text is still kept
         (``P:text:<id>``, written with each result), in ``P:results``' scan order; ids in ``skip``, texts
         that are empty, not UTF-8 or longer than a ticket may be, keys of another type, and results whose
-        text expired are left out. ``P:results`` is walked
+        text expired are left out, and so is a text ``accept`` (called once per text read, in order) says
+        False to: it does not count toward ``limit``. ``P:results`` is walked
         with HSCAN and the texts read with pipelined GETs, a chunk at a time: no command walks the keyspace
         or holds the server for long; at most ``_KEPT_WALK`` times ``limit`` results are looked at, so a
         hash of results kept long after their texts expired is not read whole."""
@@ -425,15 +428,18 @@ class Client:
             if tid not in skip:
                 ids.append(tid)
             if len(ids) >= _KEPT_CHUNK or walked >= most:
-                out += self._ticket_texts(ids)
+                out += self._ticket_texts(ids, accept)
                 ids = []
                 if len(out) >= limit or walked >= most:
                     break
-        return (out + self._ticket_texts(ids))[:limit]
+        return (out + self._ticket_texts(ids, accept))[:limit]
 
-    def _ticket_texts(self, ids: Sequence[str]) -> list[tuple[str, str]]:
+    def _ticket_texts(
+        self, ids: Sequence[str], accept: Callable[[str], bool] | None = None
+    ) -> list[tuple[str, str]]:
         """(id, text) of those ``ids`` whose kept text could be a ticket's (UTF-8, not blank, at most
-        ``MAX_TEXT_CHARS``), read with one pipelined GET each; a key of another type is skipped, not fatal."""
+        ``MAX_TEXT_CHARS``) and that ``accept`` (None: all) takes, read with one pipelined GET each; a key
+        of another type is skipped, not fatal."""
         if not ids:
             return []
         with self.redis.pipeline(transaction=False) as pipe:
@@ -447,7 +453,8 @@ class Client:
                     text = text.decode("utf-8")
                 except UnicodeDecodeError:
                     continue
-            if isinstance(text, str) and text.strip() and len(text) <= MAX_TEXT_CHARS:
+            ticket = isinstance(text, str) and text.strip() and len(text) <= MAX_TEXT_CHARS
+            if ticket and (accept is None or accept(text)):
                 out.append((tid, text))
         return out
 

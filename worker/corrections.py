@@ -144,12 +144,13 @@ def stream_texts(
     """Up to ``limit`` texts of tickets the workers classified (``P:text:<id>``), to self-train on: none
     whose id or text is already among the training rows (their labels are known), each text once."""
     seen = set(known_texts)
-    out = []
-    for _, text in source.kept_texts(limit, skip=set(known_ids)):
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
+
+    def new(text: str) -> bool:  # a known or repeated text does not count toward the limit
+        fresh = text not in seen
+        seen.add(text)
+        return fresh
+
+    return [text for _, text in source.kept_texts(limit, skip=set(known_ids), accept=new)]
 
 
 def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:

@@ -184,6 +184,10 @@ def test_the_stream_s_kept_texts_are_read_a_chunk_at_a_time_to_self_train_on(
     texts = stream_texts(client, 100, known_ids=["s8"], known_texts=["stream ticket 7"])
     # 3, 4, 5, 6, 8 and 9 come again from s33..s39; 7 is a training row's text
     assert len(texts) == 29 and set(texts) == {f"stream ticket {i}" for i in range(30) if i != 7}
+    # a limit counts the texts learnt from: known and repeated texts read on the way do not use it up
+    first = [t for _, t in client.kept_texts(40)][:12]
+    limited = stream_texts(client, 10, known_ids=[], known_texts=first[:2])
+    assert len(limited) == 10 and len(set(limited)) == 10 and not set(first[:2]) & set(limited)
     gets: list[str] = []
     plain_get = redis.client.Pipeline.get
 
