@@ -736,7 +736,7 @@ def test_a_redis_error_while_the_stream_is_read_fails_train_with_redis_s_exit_co
     from producer.exitcodes import Exit
     from worker.cli import main
 
-    def half_read(self: Client, limit: int, skip: Any = ()) -> Any:
+    def half_read(self: Client, limit: int, skip: Any = (), accept: Any = None) -> Any:
         yield "s0", "a refund for a double charge"
         raise redis.ConnectionError("Connection closed by server.")
 
