@@ -334,6 +334,26 @@ class Client:
             spent, take = spent + size, take + 1
         return take
 
+    def clipped_texts(self, ids: Sequence[str], chars: int) -> dict[str, tuple[str | None, bool]]:
+        """id -> (the first ``chars`` characters of its kept text, or None when none is kept or its key holds
+        another type; whether there was more), read with GETRANGE and STRLEN, never whole: for lists."""
+        limit = chars * 4  # bytes: UTF-8 is at most 4 per character
+        with self.redis.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.getrange(self.keys.text(i), 0, limit - 1)
+                pipe.strlen(self.keys.text(i))
+            replies = pipe.execute(raise_on_error=False)  # a key of another type: no text, not a failed page
+        out: dict[str, tuple[str | None, bool]] = {}
+        for n, i in enumerate(ids):
+            head, size = replies[2 * n], replies[2 * n + 1]
+            if not isinstance(head, bytes | str) or not isinstance(size, int) or not size:
+                out[i] = (None, False)
+                continue
+            text = head.decode("utf-8", "ignore") if isinstance(head, bytes) else head
+            clipped = size > len(head) or len(text) > chars
+            out[i] = (text[:chars].rstrip() + "…" if clipped else text, clipped)
+        return out
+
     def stats(self) -> Stats:
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.llen(self.keys.tickets)

@@ -95,9 +95,10 @@ def queue(
 ) -> list[ReviewItem]:
     """Tickets that need a person on ``question`` (None: the primary), smallest margin first, with their
     result and text. For a page (the dashboard's): ``text_chars`` reads only each text's first characters
-    (GETRANGE; a longer one is clipped with "…"), and ``result_bytes`` stops before the result that would
-    take the bytes read past it (the first is always read): a queue of large texts and results is then
-    not read whole at every GET. None: whole texts, every result (``ticketq-producer review``)."""
+    (:meth:`Client.clipped_texts`; a longer one is clipped with "…"), and ``result_bytes`` stops before the
+    result that would take the bytes read past it (the first is always read): a queue of large texts and
+    results is then not read whole at every GET. None: whole texts, every result (``ticketq-producer
+    review``)."""
     r, keys = client.redis, client.keys
     key = keys.asking(question).review
     ids = [as_text(i) for i in r.zrange(key, offset, offset + max(limit, 1) - 1)]  # type: ignore[arg-type]
@@ -109,12 +110,13 @@ def queue(
         pipe.zmscore(key, ids)
         pipe.hmget(keys.results, ids)
         if text_chars is None:
-            pipe.mget([keys.text(i) for i in ids])
-        else:
-            for i in ids:
-                pipe.getrange(keys.text(i), 0, 4 * text_chars)  # UTF-8: at most 4 bytes a character
-        scores, results, *rest = pipe.execute()
-    texts = rest[0] if text_chars is None else [_clipped(t, text_chars) for t in rest]
+            pipe.mget([keys.text(i) for i in ids])  # nil for a key of another type
+        scores, results, *whole = pipe.execute()
+    if text_chars is None:
+        texts = whole[0]
+    else:
+        clipped = client.clipped_texts(ids, text_chars)
+        texts = [clipped[i][0] for i in ids]
     out = []
     for tid, score, raw, text in zip(ids, scores, results, texts, strict=True):
         try:
@@ -124,17 +126,6 @@ def queue(
         kept = None if text is None else as_text(text)
         out.append(ReviewItem(tid, float(score or 0.0), result, kept, question))
     return out
-
-
-def _clipped(head: bytes | str | None, chars: int) -> str | None:
-    """The first ``chars`` characters of a text read by its first ``4 * chars + 1`` bytes (None: no text
-    kept), with "…" when there was more (a character cut by the read is dropped)."""
-    if not head:
-        return None
-    if isinstance(head, str):  # a decoding connection
-        head = head.encode("utf-8", "surrogateescape")
-    text = head.decode("utf-8", "ignore")
-    return text if len(head) <= 4 * chars and len(text) <= chars else text[:chars].rstrip() + "…"
 
 
 def summary(

@@ -168,32 +168,12 @@ def _result(blob: bytes | str | None) -> Result | None:
 def _rows(client: Client, found: list[Result]) -> list[ResultRow]:
     """Rows for a list: texts clipped to LIST_TEXT_CHARS (read with GETRANGE, never whole)."""
     ids = [r.id for r in found]
-    texts = clipped_texts(client, ids)
+    texts = client.clipped_texts(ids, LIST_TEXT_CHARS)
     fixed = corrections(client, ids)
     return [
         ResultRow(result=r, text=texts[r.id][0], clipped=texts[r.id][1], correction=fixed.get(r.id))
         for r in found
     ]
-
-
-def clipped_texts(client: Client, ids: list[str]) -> dict[str, tuple[str | None, bool]]:
-    """id -> (the first LIST_TEXT_CHARS of its text or None when not kept, whether there was more)."""
-    limit = LIST_TEXT_CHARS * 4  # bytes: UTF-8 is at most 4 per character
-    with client.redis.pipeline(transaction=False) as pipe:
-        for i in ids:
-            pipe.getrange(client.keys.text(i), 0, limit - 1)
-            pipe.strlen(client.keys.text(i))
-        replies = pipe.execute()
-    out: dict[str, tuple[str | None, bool]] = {}
-    for n, i in enumerate(ids):
-        head, size = replies[2 * n], int(replies[2 * n + 1])
-        if not size:
-            out[i] = (None, False)
-            continue
-        text = head.decode("utf-8", "ignore") if isinstance(head, bytes) else str(head)
-        clipped = size > len(head) or len(text) > LIST_TEXT_CHARS
-        out[i] = (text[:LIST_TEXT_CHARS].rstrip() + "…" if clipped else text, clipped)
-    return out
 
 
 def row(client: Client, ticket_id: str) -> ResultRow | None:

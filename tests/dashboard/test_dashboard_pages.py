@@ -207,3 +207,20 @@ def test_the_dead_page_shows_entries_no_clock_or_decoder_reads(make_app, r: redi
         page = client.get("/dead")
         assert page.status_code == 200, page.text
         assert "not JSON: x" in page.text and "unreadable dead letter" in page.text
+
+
+def test_a_text_key_of_another_type_reads_as_no_text_on_the_lists(
+    make_app, r: redis.Redis, keys: Keys
+) -> None:
+    """Whoever else writes to this Redis may leave a P:text:<id> that is not a string: GETRANGE refuses it
+    (WRONGTYPE), and the lists show the ticket without its text instead of failing the page."""
+    now = time.time()
+    _put(r, keys, "W-1", now, text="a fine text")
+    _put(r, keys, "W-2", now - 1)
+    r.delete(keys.text("W-2"))
+    r.hset(keys.text("W-2"), "text", "a hash where a string belongs")
+    r.zadd(keys.review, {"W-1": 0.1, "W-2": 0.2})
+    with TestClient(make_app()) as client:
+        for path in ("/results", "/review"):
+            page = client.get(path)
+            assert page.status_code == 200 and "a fine text" in page.text and 'data-id="W-2"' in page.text

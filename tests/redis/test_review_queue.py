@@ -322,3 +322,7 @@ def test_a_page_of_the_queue_reads_clipped_texts_and_a_bounded_share_of_results(
     for emoji, shown in (("😀" * 300, "😀" * 300), ("😀" * 301, "😀" * 300 + "…")):  # 4 bytes each
         r.set(keys.text("b0"), emoji)
         assert review.queue(client, 1, text_chars=300)[0].text == shown
+    r.delete(keys.text("b0"))
+    r.hset(keys.text("b0"), "text", "a hash where a string belongs")  # WRONGTYPE for GETRANGE
+    assert review.queue(client, 2, text_chars=300)[0].text is None  # no text, not a failed page
+    assert review.queue(client, 2)[0].text is None  # (MGET gives nil for it)
