@@ -8,7 +8,8 @@
 - JSON Lines: one object per line, lines split on ``\n`` only (a U+2028 or a form feed inside a text is
   valid JSON Lines, which ``str.splitlines`` would cut); a ``\r`` before it is dropped; blank lines are
   skipped; an object nested deeper than the wire protocol allows is an error with its line.
-- CSV: a header row naming at least ``id`` and ``text``; other columns are kept. A row with more values
+- CSV: a header row naming at least the columns the reader needs (``id`` and ``text`` for tickets to push; the
+  worker's labelled and unlabelled files need only ``text``); other columns are kept. A row with more values
   than the header has columns is an error; quoted fields may span lines; a field over csv's limit (131,072
   characters) or a quote never closed is an error with its line.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +34,30 @@ class FileError(ValueError):
     """A ticket file that cannot be read, with the file, the line and the reason."""
 
 
-def read_file(path: str | Path, fmt: str = "auto") -> list[Row]:
+TICKET_COLUMNS = ("id", "text")  # what a CSV of tickets to push must name
+
+
+def read_file(path: str | Path, fmt: str = "auto", *, columns: tuple[str, ...] = TICKET_COLUMNS) -> list[Row]:
     p = Path(path)
     try:
         text = p.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise FileError(f"{p}: cannot read: {exc}") from None
-    return parse(text, fmt, str(p))
+    return parse(text, fmt, str(p), columns=columns)
 
 
-def parse(text: str, fmt: str = "auto", name: str = "") -> list[Row]:
-    """Every row of ``text`` with its line number; ``name`` is for messages and the suffix rule."""
+def parse(
+    text: str, fmt: str = "auto", name: str = "", *, columns: tuple[str, ...] = TICKET_COLUMNS
+) -> list[Row]:
+    """Every row of ``text`` with its line number; ``name`` is for messages and the suffix rule; a CSV's
+    header must name ``columns``."""
     text = text.removeprefix("\ufeff")
     if fmt not in FORMATS:
         raise FileError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     if fmt == "auto":
         fmt = _sniff(text, name)
     where = f"{name}: " if name else ""
-    return _jsonl(text, where) if fmt == "jsonl" else _csv(text, where)
+    return _jsonl(text, where) if fmt == "jsonl" else _csv(text, where, columns)
 
 
 def _sniff(text: str, name: str) -> str:
@@ -78,15 +86,20 @@ def _jsonl(text: str, where: str) -> list[Row]:
     return rows
 
 
-def _csv(text: str, where: str) -> list[Row]:
+def _clip(header: Sequence[str], most: int = 200) -> str:
+    shown = repr(list(header))
+    return shown if len(shown) <= most else shown[: most - 1] + "…"
+
+
+def _csv(text: str, where: str, columns: tuple[str, ...]) -> list[Row]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = reader.fieldnames or []
     except csv.Error as exc:
         raise FileError(f"{where}line {reader.line_num + 1}: {exc}") from None
-    missing = sorted({"id", "text"} - set(header))
-    if missing:
-        raise FileError(f"{where}the CSV header needs id and text columns; missing {missing}")
+    if missing := [c for c in columns if c not in header]:
+        needs = " and ".join(columns) + (" columns" if len(columns) > 1 else " column")
+        raise FileError(f"{where}the CSV header needs {needs}; missing {missing} (it has {_clip(header)})")
     rows = []
     try:
         for row in reader:

@@ -1,8 +1,8 @@
 """Measure accuracy on labelled tickets: confusion matrix, per-class precision and recall, items/s.
 
-Labelled data in (JSONL or CSV with id,text,label), numbers out, so that tasks, few-shot examples and
-models can be compared on the same file. The default file is the bundled Banking77 sample (400 real
-banking queries mapped onto billing / technical / account; CC BY 4.0, see worker/data/README.md).
+Labelled data in (JSONL or CSV with text,label; an id is optional), numbers out, so that tasks, few-shot
+examples and models can be compared on the same file. The default file is the bundled Banking77 sample
+(400 real banking queries mapped onto billing / technical / account; CC BY 4.0, see worker/data/README.md).
 
     ticketq-worker eval
     ticketq-worker eval --tickets mine.csv --task my_task.toml --json eval.json
@@ -44,7 +44,9 @@ CHUNK = 256  # tickets per engine call: the service's default drain
 @dataclass(frozen=True)
 class EvalOptions:
     tickets: str = option(
-        str(DEFAULT_TICKETS), help="JSONL or CSV with id,text,label", shown="the Banking77 sample"
+        str(DEFAULT_TICKETS),
+        help="JSONL or CSV with text,label (an id column is optional)",
+        shown="the Banking77 sample",
     )
     limit: int | None = option(None, help="only the first N tickets", shown="all", check=at_least(1))
     json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
@@ -317,7 +319,8 @@ def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
     unlabelled = [it.id for it in items if not it.label]
     if unlabelled:
         raise DataError(
-            f"{len(unlabelled)} tickets have no label (first: {unlabelled[0]!r}); eval needs id,text,label"
+            f"{len(unlabelled)} of {len(items)} tickets have no label (first: {unlabelled[0]!r}); labelled"
+            " tickets need a label field (a CSV: a label column)"
         )
     unknown = Counter(it.label for it in items if it.label not in labels)
     if unknown:

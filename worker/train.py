@@ -3,8 +3,8 @@
     ticketq-worker train --tickets labelled.csv --out support.head
     ticketq-worker train --task my_task.toml --tickets labelled.jsonl --out my_task.head
 
-The tickets (JSONL or CSV with id,text,label, as ``eval`` reads) run through the engine's own forward
-pass; a logistic regression over its hidden states is fitted with the L2 penalty chosen by stratified
+The tickets (JSONL or CSV with text,label, an id optional, as ``eval`` reads) run through the engine's own
+forward pass; a logistic regression over its hidden states is fitted with the L2 penalty chosen by stratified
 k-fold cross-validation. Prints the cross-validated accuracy and confusion matrix, writes one safetensors
 file. Use it with ``--head PATH``, ``TICKETQ_HEAD=PATH`` or ``head = "file"`` in the task TOML.
 
@@ -79,7 +79,9 @@ from worker.review import AccuracyOptions
 
 @dataclass(frozen=True)
 class TrainOptions:
-    tickets: str | None = option(None, help="labelled tickets: JSONL or CSV with id,text,label")
+    tickets: str | None = option(
+        None, help="labelled tickets: JSONL or CSV with text,label (an id column is optional)"
+    )
     out: str | None = option(None, help="where to write the head (a .safetensors file)")
     seed: int = option(0, help="seed of the cross-validation folds")
     recipe: Recipe | Preset | None = option(
@@ -105,9 +107,10 @@ class TrainOptions:
     )
     unlabeled: str | None = option(
         None,
-        help="tickets without labels (JSONL or CSV with id,text; labels ignored) to self-train on: the "
-        "head labels them, keeps the more confident half at 0.3 of a labelled ticket's weight and fits "
-        "again, then keeps more (70%, 90%, all) as it improves (docs/head.md, Beyond the labelled tickets)",
+        help="tickets without labels (JSONL or CSV with text, an id optional; labels ignored) to self-train "
+        "on: the head labels them, keeps the more confident half at 0.3 of a labelled ticket's weight and "
+        "fits again, then keeps more (70%, 90%, all) as it improves (docs/head.md, Beyond the labelled "
+        "tickets)",
         metavar="FILE",
     )
     balance: bool = option(
@@ -314,7 +317,7 @@ def run(ns: argparse.Namespace) -> int:
             head.save(out)
         except OSError as exc:
             return fail(f"cannot write {out}: {exc.strerror or exc}", Exit.FAILED)
-        print(f"wrote {out} (head {head.id}); use it with --head {out} or TICKETQ_HEAD={out}")
+        print(f"wrote {out} (head {head.id}); {_how_to_use(out, question)}")
     if store.publish:
         if comparison is not None and comparison.refused and not store.force:
             return fail(
@@ -640,3 +643,11 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
             + ("" if weight == 1 else f" (each correction weighted {weight:g})"),
         ]
     return "\n".join(lines)
+
+
+def _how_to_use(out: Path, question: str | None) -> str:
+    """Where the head file goes: ``--head`` is the primary question's; a further question's head is named
+    in its table of the task file (or published to the workers)."""
+    if question is None:
+        return f'use it with --head {out} or TICKETQ_HEAD={out} (or head = "{out}" in the task file)'
+    return f'use it with head = "{out}" in the task\'s [questions.{question}] table (or --publish it)'

@@ -35,7 +35,9 @@ def _float32() -> EngineOptions:
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    tickets: str = option(str(SAMPLE), help="JSONL or CSV (id,text) file", shown="the bundled sample")
+    tickets: str = option(
+        str(SAMPLE), help="JSONL or CSV (text; id optional) file", shown="the bundled sample"
+    )
     limit: int = option(100, help="most tickets to check", check=at_least(1))
     engine: EngineOptions = group(_float32, "engine", env=False)
     asked: QuestionOptions = group(QuestionOptions, "question", env=False)

@@ -442,6 +442,42 @@ def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(
         assert main(["run", *flags, "--redis-url", "redis://127.0.0.1:1/0", "--burst"]) == 2
 
 
+def test_a_task_naming_heads_not_trained_yet_trains_them_one_by_one_from_text_label_files(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A newcomer's order: write the task file naming both head files, then ``train`` each one, from CSVs a
+    spreadsheet exports (``text,label``, no id). Neither head exists while the first trains (``--dtype
+    auto`` judges the recipes the heads will read, not the missing files); the worker still refuses a
+    head file that is named and missing."""
+    import json
+
+    from worker.cli import main
+    from worker.engine.task import DEFAULT_TASK_PATH
+
+    monkeypatch.setenv("TICKETQ_CACHE_DIR", str(tmp_path / "cache"))
+    text = DEFAULT_TASK_PATH.read_text(encoding="utf-8").replace('head_data = "../data/head_train.csv"', "")
+    text = 'head = "team.head"\n' + text
+    text += f'\n[questions.topic]\nlabels = {json.dumps(list(WORDS))}\nhead = "topic.head"\n'
+    (tmp_path / "task.toml").write_text(text, encoding="utf-8")
+    texts, topics = labelled(4)
+    teams = [list(WORDS)[i % 3] for i in range(len(texts))]
+    for name, labels in (("team", teams), ("topic", topics)):
+        rows = [f'"{t}",{lab}' for t, lab in zip(texts, labels, strict=True)]
+        (tmp_path / f"{name}.csv").write_text("\n".join(["text,label", *rows]) + "\n")
+    flags = ["--model", str(tiny_dir), "--dtype", "auto", "--task", str(tmp_path / "task.toml")]
+    team = ["--tickets", str(tmp_path / "team.csv"), "--out", str(tmp_path / "team.head")]
+    assert main(["train", *flags, *team]) == 0
+    assert f"use it with --head {tmp_path / 'team.head'}" in capsys.readouterr().out
+    topic = ["--question", "topic", "--tickets", str(tmp_path / "topic.csv")]
+    assert main(["train", *flags, *topic, "--out", str(tmp_path / "topic.head")]) == 0
+    assert "in the task's [questions.topic] table" in capsys.readouterr().out
+    assert main(["eval", *flags, *topic]) == 0  # the task's own head for the question
+    assert "accuracy:" in capsys.readouterr().out
+    (tmp_path / "topic.head").unlink()
+    assert main(["run", *flags, "--redis-url", "redis://127.0.0.1:1/0", "--burst"]) == 2
+    assert "topic.head" in capsys.readouterr().err
+
+
 def test_verify_checks_the_head_path_against_the_plain_reference(
     tiny_dir: Path, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

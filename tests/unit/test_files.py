@@ -17,7 +17,7 @@ def test_the_format_is_asked_for_else_told_by_the_suffix_else_by_the_first_chara
     assert parse(jsonl) == [(1, {"id": "a", "text": "hi"})]
     assert parse(csv) == [(2, {"id": "a", "text": "hi"})]
     assert parse(jsonl, name="t.txt") == [(1, {"id": "a", "text": "hi"})]
-    with pytest.raises(FileError, match=r"t\.csv: the CSV header needs id and text"):
+    with pytest.raises(FileError, match=r"t\.csv: the CSV header needs id and text columns; missing"):
         parse(jsonl, name="t.csv")
     with pytest.raises(FileError, match="line 1: not JSON"):
         parse(csv, fmt="jsonl")
@@ -57,3 +57,25 @@ def test_over_deep_json_and_oversized_csv_fields_are_file_errors_with_their_line
         parse(huge, "csv")
     with pytest.raises(FileError, match="line 1: field larger"):
         parse("id," + "y" * 200_000 + "\n", "csv")
+
+
+def test_the_workers_files_need_no_id_column_but_tickets_to_push_do(tmp_path: Path) -> None:
+    """train, eval, verify and bench read labelled files as spreadsheets export them (``text,label``):
+    a row without an id is named by its line; ``push`` still needs ids (results are keyed by them)."""
+    path = tmp_path / "t.csv"
+    path.write_text('text,label\n"one, two",billing\nthree,account\n')
+    assert [(it.id, it.text, it.label) for it in read_items(path)] == [
+        ("line 2", "one, two", "billing"),
+        ("line 3", "three", "account"),
+    ]
+    with pytest.raises(FileError, match=r"needs id and text columns; missing \['id'\]"), path.open() as fh:
+        read_tickets(fh, name=str(path))
+    path.write_text("query,label\nhello,billing\n")
+    with pytest.raises(
+        FileError, match=r"needs text column; missing \['text'\] \(it has \['query', 'label'\]\)"
+    ):
+        read_items(path)
+    mixed = tmp_path / "m.jsonl"  # ids where given, lines elsewhere; a clash is still a duplicate
+    mixed.write_text('{"id": "a", "text": "x"}\n{"text": "y"}\n{"id": "line 2", "text": "z"}\n')
+    with pytest.raises(FileError, match="duplicate id 'line 2'"):
+        read_items(mixed)

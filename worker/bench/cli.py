@@ -71,8 +71,8 @@ def _parse_workers(text: str) -> tuple[int, ...]:
 class BenchCommand:
     tickets: str = option(
         str(SAMPLE),
-        help="JSONL or CSV with id,text[,label] (`make bench` generates 600 synthetic tickets with "
-        "`python -m tools.synthetic` and passes them here)",
+        help="JSONL or CSV with text[,label], an id optional (`make bench` generates 600 synthetic "
+        "tickets with `python -m tools.synthetic` and passes them here)",
         shown="the bundled sample",
         metavar="FILE",
     )

@@ -24,8 +24,12 @@ class Item:
 
 def read_items(path: str | Path) -> list[Item]:
     """The tickets of a JSONL or CSV file (read by :mod:`producer.files`) with their ``label`` when they
-    have one: ids and texts non-empty (surrounding space dropped), ids unique."""
-    items = [_item(f"{path}: line {line}", row) for line, row in read_file(path)]
+    have one: texts non-empty, ids non-empty where given (surrounding space dropped) and unique. A row
+    with no ``id`` at all (a CSV of ``text,label`` as spreadsheets export it) is named by its line
+    (``"line 7"``): these files are for training, scoring and timing, where nothing is looked up by id."""
+    items = [
+        _item(f"{path}: line {line}", row, f"line {line}") for line, row in read_file(path, columns=("text",))
+    ]
     if not items:
         raise DataError(f"{path}: no tickets")
     seen: set[str] = set()
@@ -36,8 +40,8 @@ def read_items(path: str | Path) -> list[Item]:
     return items
 
 
-def _item(where: str, row: dict[str, object]) -> Item:
-    tid, text, label = row.get("id"), row.get("text"), row.get("label")
+def _item(where: str, row: dict[str, object], line: str) -> Item:
+    tid, text, label = row.get("id", line), row.get("text"), row.get("label")
     if not isinstance(tid, str) or not tid.strip():
         raise DataError(f"{where}: missing or empty id")
     if not isinstance(text, str) or not text.strip():

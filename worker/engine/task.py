@@ -102,7 +102,7 @@ class Question:
     name: str
     labels: tuple[str, ...]
     head: str | None = None  # a head file (absolute once loaded)
-    head_data: str | None = None  # labelled tickets (id,text,label) to train its head from, cached
+    head_data: str | None = None  # labelled tickets (text,label; id optional) to train its head from, cached
     recipe: Recipe | Preset | None = None  # the features its heads are trained on; None: Recipe.default
     # Which of its answers need review, as the task's own keys do for the primary (worker/review.py).
     review_below: float | None = None
@@ -153,7 +153,8 @@ class Task:
     # are calibrated probabilities. Never changes a decision; a head's scores use the head's own.
     zero_shot_temperature: float = 1.0
     # Heads trained from head_data also learn each label's name as an example of it, and self-train on
-    # the tickets (id,text; labels unread) of unlabeled_data (worker/engine/beyond.py; train's defaults).
+    # the tickets (text, id optional; labels unread) of unlabeled_data (worker/engine/beyond.py; train's
+    # defaults).
     # label_names None (no key): when the data has few tickets per label (wants_names).
     label_names: bool | None = None
     unlabeled_data: str | None = None

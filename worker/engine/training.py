@@ -386,17 +386,22 @@ def planned_recipes(task: Task, spec: str | None, n_layers: int) -> list[Recipe]
     questions read). ``--dtype auto`` times and judges that pass."""
     if is_no_head(spec):
         return None
-    if spec or task.head:
-        primary = Head.load(spec or task.head or "").recipe
-    elif task.head_data:
-        primary = resolve(task.recipe, n_layers, len(task.labels))
+    if spec:
+        primary = Head.load(spec).recipe
+    elif task.head or task.head_data:
+        primary = _planned(task.head, task.recipe, n_layers, len(task.labels))
     else:
         return None
-    further = [
-        Head.load(q.head).recipe if q.head else resolve(q.recipe, n_layers, len(q.labels))
-        for q in task.questions
-    ]
-    return [primary, *further]
+    return [primary, *(_planned(q.head, q.recipe, n_layers, len(q.labels)) for q in task.questions)]
+
+
+def _planned(head: str | None, recipe: Recipe | Preset | None, n_layers: int, n_labels: int) -> Recipe:
+    """The recipe a task's head will read: its file's, else (no file named, or none there yet: ``train``
+    is about to write it) the one ``train`` would use. A worker still refuses a named file that is missing,
+    when it loads its heads."""
+    if head and Path(head).exists():
+        return Head.load(head).recipe
+    return resolve(recipe, n_layers, n_labels)
 
 
 def resolve_head(engine: Engine, spec: str | None, log: Callable[..., None] | None = None) -> Head | None:
