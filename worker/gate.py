@@ -117,6 +117,8 @@ class Comparison:
             verdict = "published anyway (--force)" if self.forced else "refused"
             return [f"publish gate ({self.current_name}): {verdict}: " + "; ".join(self.reasons)]
         how = "refitted on its training rows per fold" if self.method == "refit" else "its own labels"
+        shown = [label for label, recall in self.candidate.recall.items() if recall is not None]
+        w = max([22, *(len("recall " + label) + 1 for label in shown)])  # long label names stay aligned
         out = [
             f"publish gate: candidate vs the head in use ({self.current_name}; {how}), out of fold on "
             f"{self.n} tickets, {self.corrections} of them corrections",
@@ -126,18 +128,15 @@ class Comparison:
                 else []
             ),
             *([f"  candidate: {FROM_TRAINING}"] if self.candidate_from_training else []),
-            f"  {'':<22}{'candidate':>10}{'in use':>10}",
-            f"  {'accuracy':<22}{_pct(self.candidate.accuracy):>10}{_pct(self.current.accuracy):>10}",
+            f"  {'':<{w}}{'candidate':>10}{'in use':>10}",
+            f"  {'accuracy':<{w}}{_pct(self.candidate.accuracy):>10}{_pct(self.current.accuracy):>10}",
         ]
         if self.corrections:
             cand, cur = self.candidate.corrections_accuracy, self.current.corrections_accuracy
-            out.append(f"  {'on the corrections':<22}{_pct(cand):>10}{_pct(cur):>10}")
-        for label, recall in self.candidate.recall.items():
-            if recall is None:
-                continue
-            out.append(
-                f"  {'recall ' + label:<22}{_pct(recall):>10}{_pct(self.current.recall.get(label)):>10}"
-            )
+            out.append(f"  {'on the corrections':<{w}}{_pct(cand):>10}{_pct(cur):>10}")
+        for label in shown:
+            was = self.current.recall.get(label)
+            out.append(f"  {'recall ' + label:<{w}}{_pct(self.candidate.recall[label]):>10}{_pct(was):>10}")
         if not self.reasons:
             out.append("  verdict: not worse; published when --publish is given")
         else:

@@ -32,6 +32,15 @@ def test_a_candidate_as_good_as_the_head_in_use_passes_and_reports_both_sides() 
     assert "verdict: not worse" in "\n".join(c.lines())
 
 
+def test_the_printed_table_stays_aligned_for_long_label_names() -> None:
+    long = ["Balance not updated after cheque or cash deposit", "Apple pay or google pay", "Fee"]
+    truth = [long[i % 3] for i in range(30)]
+    c = judge(truth, truth, truth, set(), long, current_name="version 1", method="refit")
+    rows = [line for line in c.lines() if line.startswith("  ") and line.rstrip().endswith("%")]
+    assert len(rows) == 4 and len({len(line) for line in rows}) == 1  # accuracy + three recalls
+    assert len({line.rindex("%", 0, len(line) - 1) for line in rows}) == 1  # the candidate column too
+
+
 def test_a_candidate_worse_by_more_than_the_margin_is_refused_and_says_why() -> None:
     candidate = list(TRUTH)
     for i in range(3):  # 97% vs 100%: 3 points down, over the 1-point margin
