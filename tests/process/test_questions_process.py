@@ -1,0 +1,109 @@
+"""Issue 21's check, in small, through the commands a team runs: a task file that asks two questions and
+names both head files before they exist; each head trained by ``ticketq-worker train`` (``--question`` for
+the second) from ``text,label`` files as a spreadsheet exports them; one real worker process; tickets
+pushed by a producer. Every result answers both questions, and each answer is what that question asked
+alone gives (the in-process engine, one question at a time), on a tiny random model in float32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from tinymodel import build_tiny_llama
+
+from producer.client import Client
+from producer.protocol import Keys
+from worker.launch import WorkerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+TEAMS = ["billing", "technical", "account"]
+TOPICS = {  # twelve labels: a fine-grained question gets the richer default recipe, chars included
+    "refund": "billing",
+    "invoice": "billing",
+    "double charge": "billing",
+    "price plan": "billing",
+    "app crash": "technical",
+    "error 500": "technical",
+    "slow page": "technical",
+    "sync failure": "technical",
+    "password reset": "account",
+    "login code": "account",
+    "email change": "account",
+    "close account": "account",
+}
+OPENERS = ["Hello, about my", "Please help with the", "Question on", "Urgent:", "I need the", "Why the"]
+
+
+def tickets(n_per: int, salt: str) -> list[tuple[str, str, str]]:
+    """(text, team, topic) rows: each topic's words behind varied openers."""
+    return [
+        (f"{OPENERS[i % len(OPENERS)]} {topic} {salt}{i}, thanks", team, topic)
+        for topic, team in TOPICS.items()
+        for i in range(n_per)
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def test_two_questions_trained_with_train_answer_every_ticket_as_each_asked_alone(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path, tiny_model: Path
+) -> None:
+    task = tmp_path / "task.toml"
+    task.write_text(
+        'name = "two-questions"\nlabels = ["billing", "technical", "account"]\nhead = "team.head"\n'
+        'instructions = "Sort customer support tickets."\nquestion = "Which team?\\nTicket:"\n'
+        f'[questions.topic]\nlabels = {json.dumps(list(TOPICS))}\nhead = "topic.head"\n'
+    )
+    rows = tickets(5, "n")
+    for name, col in (("team", 1), ("topic", 2)):
+        lines = ["text,label", *(f'"{row[0]}",{row[col]}' for row in rows)]
+        (tmp_path / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    engine = ["--model", str(tiny_model), "--task", str(task), "--dtype", "float32", "--threads", "1"]
+    env = {**os.environ, "TICKETQ_CACHE_DIR": str(tmp_path / "cache")}
+    for name, asked in (("team", []), ("topic", ["--question", "topic"])):
+        cmd = [sys.executable, "-m", "worker", "train", *engine, *asked]
+        cmd += ["--tickets", str(tmp_path / f"{name}.csv"), "--out", str(tmp_path / f"{name}.head")]
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert f"wrote {tmp_path / name}.head" in done.stdout
+
+    worker = WorkerProcess.start(
+        redis_url=redis_url,
+        prefix=keys.prefix,
+        worker_id="q1",
+        log=tmp_path / "q1.log",
+        flags=[*engine, "--drain", "16", "--batch-size", "8"],
+    )
+    try:
+        pushed = tickets(3, "t")
+        got = Client(r, keys.prefix).push_and_wait(
+            [{"id": f"t{i}", "text": row[0]} for i, row in enumerate(pushed)], timeout=180
+        )
+    finally:
+        worker.stop()
+    assert not worker.unexpected_exit, worker.tail()
+    assert got.complete and not got.dead and len(got.results) == len(pushed)
+
+    from worker.engine import Engine
+    from worker.engine.options import EngineOptions
+
+    alone = Engine.load(EngineOptions(model=str(tiny_model), task=str(task), dtype="float32"))
+    texts = [row[0] for row in pushed]
+    team_alone = alone.asking(None).classify(texts)[0]
+    topic_alone = alone.asking("topic").classify(texts)[0]
+    for i, (team, topic) in enumerate(zip(team_alone, topic_alone, strict=True)):
+        result = got.results[f"t{i}"]
+        assert result.method == "head" and result.label == team.label
+        assert result.scores == pytest.approx(team.scores, abs=1e-4)
+        answer = result.answers["topic"]
+        assert answer["label"] == topic.label and set(answer["scores"]) == set(TOPICS)
+        assert answer["scores"] == pytest.approx(topic.scores, abs=1e-4)
