@@ -283,7 +283,7 @@ def cmd_review(client: Client, args: argparse.Namespace) -> int:
     the tickets whose answer to NAME needs review (``question`` in each line; label them with ``label ID
     LABEL --question NAME``)."""
     question = config.resolve(QuestionOptions, args).question
-    for item in review.queue(client, limit=config.resolve(ReviewOptions, args).limit, question=question):
+    for item in review.read_all(client, config.resolve(ReviewOptions, args).limit, question):
         print(json.dumps(item.to_dict(), ensure_ascii=False))
     return 0
 

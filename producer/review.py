@@ -12,6 +12,7 @@ NAME]`` read them through here. No torch.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from producer.protocol import MAX_REVIEW, Result
 from producer.strictjson import finite_number
 
 SUMMARY_CHUNK = 250  # ids per command when a queue is summed up (a full one holds MAX_REVIEW)
+READ_PAGE = 100  # tickets per round trip when a queue is read whole (ticketq-producer review)
+READ_PAGE_BYTES = 1 << 20  # ... and at most this many result bytes (one result always fits)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,27 @@ def queue(
         kept = None if text is None else as_text(text)
         out.append(ReviewItem(tid, float(score or 0.0), result, kept, question))
     return out
+
+
+def read_all(client: Client, limit: int, question: str | None = None) -> Iterator[ReviewItem]:
+    """Up to ``limit`` tickets of the queue, smallest margin first, whole texts and results (what
+    ``ticketq-producer review`` prints), read a page at a time: at most :data:`READ_PAGE` tickets and
+    :data:`READ_PAGE_BYTES` of results a round trip, so ``--limit 10000`` of large results is not one
+    command holding the Redis every client shares (10,000 results of ~70 KiB would be 700 MB). Workers
+    add and people label meanwhile: a ticket the queue moves past is not repeated, one may be missed."""
+    seen: set[str] = set()
+    offset = 0
+    while len(seen) < limit:
+        page = queue(
+            client, min(READ_PAGE, limit - len(seen)), offset, question, result_bytes=READ_PAGE_BYTES
+        )
+        if not page:
+            return
+        offset += len(page)
+        for item in page:
+            if item.id not in seen:
+                seen.add(item.id)
+                yield item
 
 
 def summary(

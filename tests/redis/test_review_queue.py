@@ -326,3 +326,36 @@ def test_a_page_of_the_queue_reads_clipped_texts_and_a_bounded_share_of_results(
     r.hset(keys.text("b0"), "text", "a hash where a string belongs")  # WRONGTYPE for GETRANGE
     assert review.queue(client, 2, text_chars=300)[0].text is None  # no text, not a failed page
     assert review.queue(client, 2)[0].text is None  # (MGET gives nil for it)
+
+
+def test_the_cli_reads_the_queue_whole_a_bounded_page_at_a_time(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ticketq-producer review --limit N`` prints whole texts and results, read in pages of at most
+    READ_PAGE tickets and READ_PAGE_BYTES of results: a large N of large results is many short commands,
+    not one that holds the shared Redis for the whole read."""
+    big = {"attachment": "x" * 60_000}
+    with r.pipeline(transaction=False) as pipe:
+        for i in range(250):
+            fields = big if i < 40 else {}  # the first 40 results are ~60 KiB: 17 fit in a page's bytes
+            result = Result(
+                f"c{i:03}", "billing", {"billing": 0.5, "technical": 0.5}, "m", "d", fields=fields
+            )
+            pipe.hset(keys.results, result.id, result.to_json())
+            pipe.set(keys.text(result.id), f"text {i}")
+            pipe.zadd(keys.review, {result.id: i / 1000})
+        pipe.execute()
+    reads: list[int] = []
+    real = redis.client.Pipeline.execute
+
+    def recorded(self: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
+        reads.extend(len(a) - 2 for a, _ in self.command_stack if a[0] == "HMGET")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", recorded)
+    client = Client(r, keys.prefix)
+    items = list(review.read_all(client, 1000))
+    assert [i.id for i in items] == [f"c{i:03}" for i in range(250)]  # all, in order, none twice
+    assert all(i.result and i.text == f"text {int(i.id[1:])}" for i in items)
+    assert reads == [17, 17, 100, 100, 16]  # 17 large results fill a page's bytes, else 100 a page
+    assert [i.id for i in review.read_all(client, 20)] == [f"c{i:03}" for i in range(20)]
