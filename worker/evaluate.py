@@ -12,7 +12,8 @@ label scoring decides, it also fits the task's ``zero_shot_temperature`` on thes
 line to put in the task TOML, with the ECE before and after (and cross-fitted, so the gain is not
 flattered by fitting on the tickets it is measured on); with ``--auto-accuracy`` (or the task's
 ``auto_accuracy``) the ``review_below`` that reaches that accuracy here at that temperature (zero-shot
-has no head to store it in).
+has no head to store it in). When a head decides the primary question, zero-shot label scoring runs
+beside it on the same tickets, up to ``--zero-shot-sample`` of them (a length-stratified sample beyond).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from producer import config
 from producer.config import at_least, group, option
 from producer.exitcodes import Exit
 from producer.options import QuestionOptions
-from worker.bench.data import DataError, Item, read_items
+from worker.bench.data import DataError, Item, length_sample, read_items
 from worker.engine.calibration import BINS, T_RANGE, TemperatureCheck, ece, format_report, risk_coverage
 from worker.engine.options import NO_HEAD, EngineOptions, is_no_head
 from worker.review import AccuracyOptions
 
 DEFAULT_TICKETS = Path(__file__).resolve().parent / "data" / "banking77_eval.csv"
 CHUNK = 256  # tickets per engine call: the service's default drain
+ZERO_SHOT_SAMPLE = 400  # tickets the side-by-side zero-shot line scores at most (the bundled file: all)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,14 @@ class EvalOptions:
         shown="the Banking77 sample",
     )
     limit: int | None = option(None, help="only the first N tickets", shown="all", check=at_least(1))
+    zero_shot_sample: int = option(
+        ZERO_SHOT_SAMPLE,
+        help="when a head decides, the side-by-side zero-shot line scores all the tickets up to this many, "
+        "else a length-stratified sample of this many (zero-shot scores every label of every ticket: "
+        "minutes for dozens of labels); 0 skips it",
+        check=at_least(0),
+        metavar="N",
+    )
     json: str | None = option(None, help="write the results as JSON to this file", metavar="PATH")
     accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
@@ -143,14 +153,14 @@ def run(ns: argparse.Namespace) -> int:
     correct = [p == t for p, t in zip(predicted, truth, strict=True)]
     info = engine.describe()
     zero_shot = None
-    if (
-        engine.head is not None and question is None
-    ):  # the same tickets without the head, for the side-by-side line
+    if engine.head is not None and question is None and args.zero_shot_sample:
+        # the same tickets (or a length-stratified sample of them) without the head, side by side
+        picked = length_sample([len(it.text) for it in items], args.zero_shot_sample)
         head = engine.head
         engine.use_head(None)
-        zs_predicted, zs_seconds, _, _ = _classify(engine, items)
+        zs_predicted, zs_seconds, _, _ = _classify(engine, [items[i] for i in picked])
         engine.use_head(head)
-        zero_shot = (score(labels, truth, zs_predicted), zs_seconds)
+        zero_shot = (score(labels, [truth[i] for i in picked], zs_predicted), zs_seconds)
     print(table(scores, info, args.tickets, seconds, zero_shot))
     method = "head" if engine.head is not None else "zero-shot"
     print("\n".join(["", *format_report(confidence, correct, f"{method} scores")]))
@@ -391,10 +401,14 @@ def table(
         lines += [
             "",
             f"{'method':<20}{'accuracy':>20}{'items/s':>10}",
-            f"{'zero-shot':<20}{f'{zs.accuracy:.1%} ({zs.correct}/{n})':>20}{n / zs_s:>10.1f}",
+            f"{'zero-shot':<20}{f'{zs.accuracy:.1%} ({zs.correct}/{zs.n})':>20}{zs.n / zs_s:>10.1f}",
             f"{method:<20}{f'{scores.accuracy:.1%} ({scores.correct}/{n})':>20}{n / seconds:>10.1f}"
-            f"   ({zs_s / seconds:.1f}x the zero-shot speed, same run)",
+            f"   ({(n / seconds) / (zs.n / zs_s):.1f}x the zero-shot speed, same run)",
         ]
+        if zs.n < n:
+            lines.append(
+                f"zero-shot on a length-stratified sample of {zs.n} of the {n} tickets (--zero-shot-sample)"
+            )
     lines += ["", *confusion_lines(scores.labels, scores.confusion)]
     lines += ["", f"{'class':<{width}}{'precision':>10}{'recall':>10}{'f1':>10}{'support':>10}"]
     for lab, c in scores.per_class.items():
@@ -485,6 +499,7 @@ def to_json(
         out["zero_shot"] = {
             "accuracy": round(zs.accuracy, 4),
             "correct": zs.correct,
+            "n": zs.n,
             "seconds": round(zs_s, 3),
             "items_per_s": round(zs.n / zs_s, 2) if zs_s > 0 else None,
             "confusion": zs.confusion,

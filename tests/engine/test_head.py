@@ -418,12 +418,36 @@ def test_eval_with_a_head_reports_both_methods(
     assert "zero-shot" in printed and f"head {head.id}" in printed
     report = json.loads((tmp_path / "e.json").read_text())
     assert report["method"] == "head" and report["head"]["id"] == head.id
-    assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == 9
-    assert "ECE" in printed and "coverage for accuracy" in printed
+    assert 0 <= report["zero_shot"]["accuracy"] <= 1 and report["n"] == report["zero_shot"]["n"] == 9
+    assert "ECE" in printed and "coverage for accuracy" in printed and "length-stratified" not in printed
     cal = report["calibration"]
     assert (
         0 <= cal["ece"] <= 1 and cal["bins"] == 15 and set(cal["accuracy_at"]) == {"1", "0.9", "0.8", "0.7"}
     )
+    # zero-shot scores every label of every ticket (minutes for dozens of labels): a sample, or none
+    sampled = [
+        "--head",
+        str(tmp_path / "h.head"),
+        "--zero-shot-sample",
+        "4",
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
+    assert main(["eval", *flags, *sampled]) == 0
+    assert "zero-shot on a length-stratified sample of 4 of the 9 tickets" in capsys.readouterr().out
+    again = json.loads((tmp_path / "s.json").read_text())
+    assert again["zero_shot"]["n"] == 4 and again["n"] == 9 and again["accuracy"] == report["accuracy"]
+    skipped = [
+        "--head",
+        str(tmp_path / "h.head"),
+        "--zero-shot-sample",
+        "0",
+        "--json",
+        str(tmp_path / "n.json"),
+    ]
+    assert main(["eval", *flags, *skipped]) == 0
+    assert "the zero-shot speed" not in capsys.readouterr().out
+    assert "zero_shot" not in json.loads((tmp_path / "n.json").read_text())
 
 
 def test_a_mismatched_head_stops_eval_and_the_worker_with_exit_2(
