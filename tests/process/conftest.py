@@ -1,4 +1,5 @@
-"""Fixtures of the process tier: throwaway redis-servers and fleets of fake-model worker processes."""
+"""Fixtures of the process tier: throwaway redis-servers, fleets of fake-model worker processes, and a tiny
+random model for real ones."""
 
 from __future__ import annotations
 
@@ -47,3 +48,11 @@ def fleets(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
     yield make
     for fleet in made:
         fleet.kill_all()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama directory (tests/tinymodel.py) for real worker processes to load."""
+    from tinymodel import build_tiny_llama  # torch: only the tests that run a real model pay for it
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

@@ -15,10 +15,8 @@ import sys
 from pathlib import Path
 from typing import cast
 
-import pytest
 import redis
 from support import wait_for
-from tinymodel import build_tiny_llama
 
 from producer.client import Client
 from producer.protocol import Keys
@@ -32,11 +30,6 @@ labels = ["billing", "technical", "account"]
 instructions = "Sort customer support tickets: billing, technical or account."
 question = "Which team should handle this ticket?\\nTicket:"
 """
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def test_corrections_train_publish_and_both_workers_switch_without_restart(

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from tinymodel import build_tiny_llama
 
 from producer.client import Client
 from producer.protocol import Keys
@@ -47,11 +46,6 @@ def tickets(n_per: int, salt: str) -> list[tuple[str, str, str]]:
         for topic, team in TOPICS.items()
         for i in range(n_per)
     ]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def test_two_questions_trained_with_train_answer_every_ticket_as_each_asked_alone(
