@@ -122,3 +122,20 @@ def test_labels_not_in_the_task_name_the_tickets_that_carry_them() -> None:
     message = str(caught.value)
     assert message.startswith("labels not in the task: 'typo' (11), 'lost_crad' (1), on ids 'T-2', 'X-0'")
     assert "'X-8' and 2 more; the task's labels are billing, account" in message
+
+
+def test_evals_zero_shot_line_scores_fewer_tickets_the_more_labels_it_scores() -> None:
+    """Zero-shot scores every label of every ticket: the side-by-side line's default sample keeps its cost
+    near 1,600 ticket-labels, the bundled 400-ticket file whole for the built-in three labels."""
+    from worker.evaluate import zero_shot_sample
+
+    assert [zero_shot_sample(n) for n in (1, 3, 4, 8, 12, 16, 77, 500)] == [
+        400,
+        400,
+        400,
+        200,
+        133,
+        100,
+        100,
+        100,
+    ]
