@@ -398,6 +398,14 @@ class Client:
             raise
         return Correction.from_json(ticket_id, raw)
 
+    def labels_of(self, question: str | None = None, *, also: Iterable[str] = ()) -> list[str]:
+        """The labels a correction of ``question`` (None: the primary) may name: the set workers publish at
+        start (``P:labelset``, ``P:q:NAME:labelset``), with ``also`` (a result's own scores: a label set not
+        published yet), sorted. A result may carry only its most probable labels (``--result-scores``), so
+        its scores are not the list to offer."""
+        found = self.redis.smembers(self.keys.asking(question).labelset)
+        return sorted({*(as_text(name) for name in found), *also})
+
     def unlabel(self, ticket_id: str, question: str | None = None) -> Correction:
         """Withdraw a ticket's correction of ``question`` (None: the primary), a wrong one, say: the next
         ``train --from-redis`` no longer learns it (a head already trained on it keeps what it learnt until

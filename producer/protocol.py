@@ -300,7 +300,8 @@ class Result:
 
     id: str
     label: str
-    scores: dict[str, float]  # label -> probability, summing to 1
+    scores: dict[str, float]  # label -> probability: every label's (summing to 1), or the most probable
+    # N only, most probable first, the label among them (a worker's --result-scores N; answers' too)
     model: str
     digest: str  # payload_digest of the ticket it answers
     fields: dict[str, Any] = field(default_factory=dict)

@@ -68,7 +68,9 @@ class ReviewItem:
         return sorted(scores.items(), key=lambda kv: -kv[1])[:n]
 
     def labels(self) -> list[str]:
-        """Every label its question offers, as its scores name them (for a correction)."""
+        """The labels its scores name: every label its question offers, unless the workers keep only the
+        most probable (``--result-scores``; the dashboard then offers the published label set,
+        :meth:`Client.labels_of`)."""
         a = self.answer
         return sorted((a.get("scores") if a else None) or {})
 

@@ -64,13 +64,27 @@ class Rejected:
     letter: DeadLetter
 
 
-def answers_of(prediction: Any, review: Mapping[str, Threshold] | None = None) -> dict[str, dict[str, Any]]:
+def kept_scores(scores: Mapping[str, float], label: str, keep: int | None = None) -> dict[str, float]:
+    """The scores a result carries: every label's, in the engine's order; with ``keep`` (``--result-scores``)
+    the ``keep`` most probable, most probable first, the chosen label always among them."""
+    if keep is None or len(scores) <= keep:
+        return dict(scores)
+    top = sorted(scores.items(), key=lambda kv: -kv[1])[:keep]
+    if label in scores and all(name != label for name, _ in top):
+        top[-1] = (label, scores[label])
+    return dict(top)
+
+
+def answers_of(
+    prediction: Any, review: Mapping[str, Threshold] | None = None, keep: int | None = None
+) -> dict[str, dict[str, Any]]:
     """A prediction's further answers as the result carries them (a test double may have none): label,
-    scores, ``confidence`` (the label's probability) and head; ``"review": true`` when the confidence is
-    below that question's threshold in ``review``."""
+    scores (with ``keep``, the most probable only: :func:`kept_scores`), ``confidence`` (the label's
+    probability) and head; ``"review": true`` when the confidence is below that question's threshold in
+    ``review``."""
     out: dict[str, dict[str, Any]] = {}
     for name, a in (getattr(prediction, "answers", None) or {}).items():
-        scores = dict(a.scores)
+        scores = kept_scores(a.scores, a.label, keep)
         entry: dict[str, Any] = {"label": a.label, "scores": scores}
         confidence = scores.get(a.label)
         if confidence is not None:

@@ -253,6 +253,7 @@ class Service:
             claimed_at=time.time(),
             review=self._review_threshold(),
             question_review=self._question_thresholds(),
+            keep_scores=self.settings.result_scores,
         )
         for err in verdict.engine_errors:
             self._log.error("engine_error", error=err)

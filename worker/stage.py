@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from producer.protocol import BadTicket, DeadLetter, Result, Ticket, decode_ticket, payload_digest, peek_id
-from worker.contract import Classifier, Finished, Rejected, answers_of
+from worker.contract import Classifier, Finished, Rejected, answers_of, kept_scores
 from worker.review import Threshold
 
 if TYPE_CHECKING:  # the engine package imports torch; the service must not, until a real model is asked for
@@ -56,10 +56,12 @@ def process(
     claimed_at: float | None = None,
     review: Threshold | None = None,
     question_review: Mapping[str, Threshold] | None = None,
+    keep_scores: int | None = None,
 ) -> Outcome:
     """``claimed_at`` (unix seconds, default now) times each result's ``queued_s`` and ``took_s``;
     results less confident than ``review`` are marked for review, and each further question's answer
-    less confident than its threshold in ``question_review``."""
+    less confident than its threshold in ``question_review``; ``keep_scores`` (``--result-scores``): each
+    answer keeps only its most probable labels' scores (:func:`worker.contract.kept_scores`)."""
     claimed = time.time() if claimed_at is None else claimed_at
     good, bad = decode_all(payloads, worker_id)
     out = Outcome(rejected=bad)
@@ -67,7 +69,9 @@ def process(
         return out
 
     def finish(raw: bytes, ticket: Ticket, prediction: Prediction) -> Finished:
-        return _finish(raw, ticket, prediction, classifier.name, worker_id, claimed, review, question_review)
+        return _finish(
+            raw, ticket, prediction, classifier.name, worker_id, claimed, review, question_review, keep_scores
+        )
 
     try:
         predictions, stats = _classify(classifier, [t.text for _, t in good], on_pass)
@@ -121,6 +125,7 @@ def _finish(
     claimed_at: float,
     review: Threshold | None = None,
     question_review: Mapping[str, Threshold] | None = None,
+    keep_scores: int | None = None,
 ) -> Finished:
     now = time.time()
     confidence = prediction.scores.get(prediction.label)
@@ -128,7 +133,7 @@ def _finish(
     result = Result(
         id=ticket.id,
         label=prediction.label,
-        scores=dict(prediction.scores),
+        scores=kept_scores(prediction.scores, prediction.label, keep_scores),
         model=model,
         digest=payload_digest(raw),
         fields=ticket.fields,
@@ -141,7 +146,7 @@ def _finish(
         head=getattr(prediction, "head", None),
         confidence=confidence,
         review=confidence is not None and review is not None and review.needs_review(confidence),
-        answers=answers_of(prediction, question_review),
+        answers=answers_of(prediction, question_review, keep_scores),
     )
     return Finished(raw, ticket, result)
 

@@ -85,7 +85,7 @@ async def label(request: Request) -> Response:
         request,
         "_result_row.html",
         row=row,
-        labels=sorted(row.result.scores),
+        labels=st.client.labels_of(also=row.result.scores),
         low_confidence=st.config.low_confidence,
         row_note=f"recorded; head version {head.next_version} will learn it",
     )

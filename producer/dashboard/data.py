@@ -234,7 +234,8 @@ def corrections(client: Client, ids: list[str]) -> dict[str, Correction]:
 
 
 def known_labels(rows: list[ResultRow]) -> list[str]:
-    """Every label a result was scored against: the task's label set, as the workers see it."""
+    """Every label these results name in their scores: the task's label set as the workers see it, or with
+    ``--result-scores`` their most probable labels only (pages add :meth:`Client.labels_of`)."""
     return sorted({name for r in rows for name in r.result.scores})
 
 

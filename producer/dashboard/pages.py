@@ -90,7 +90,8 @@ def _load_results(request: Request) -> dict[str, Any]:
             raise Refused(400, "bad cursor: follow the page's own links") from None
         page = data.results_page(st.client, filters, cursor)
     latest = st.history.latest()
-    labels = sorted({*data.known_labels(page.rows), *(latest.labels if latest else {})})
+    seen = {*data.known_labels(page.rows), *(latest.labels if latest else {})}
+    labels = st.client.labels_of(also=seen)  # the published set too: results may carry their top labels only
     next_url = f"/results?{urlencode({**query, 'before': str(page.next)})}" if page.next else ""
     return {
         "page": page,
@@ -122,7 +123,7 @@ async def ticket_page(request: Request) -> Response:
         raise Refused(404, "no ticket with that id in Redis (results, texts and corrections looked at)")
     head = await run_in_threadpool(heads.head_info, st.client)
     decided = heads.deciders(st.client, [found.result])[0] if found.result else None
-    labels = sorted(found.result.scores) if found.result else []
+    labels = st.client.labels_of(also=found.result.scores if found.result else ())
     return render(
         request,
         "ticket.html",
@@ -158,6 +159,7 @@ def _review(request: Request) -> dict[str, Any]:
     size, oldest = review.summary(st.client, question=question)
     return {
         "items": items,
+        "offered": st.client.labels_of(question),  # what a correction may name (empty: not published yet)
         "size": size,
         "oldest": oldest,
         "question": question,

@@ -152,3 +152,23 @@ def test_a_further_questions_queue_has_a_tab_and_is_labelled_for_that_question(
             headers={"origin": str(client.base_url)},
         )
         assert bad.status_code == 400 and r.zcard(keys.asking("intent").review) == 1
+
+
+def test_results_with_their_top_labels_only_still_offer_every_published_label(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    """Workers run with ``--result-scores 2`` write each result's two most probable labels only: the right
+    label for a correction is often not among them, so the review queue, the ticket page and the results
+    page offer the label set the workers publish (``P:labelset``), not the result's scores."""
+    every = ["account", "billing", "card_arrival", "refund", "technical"]
+    r.sadd(keys.labelset, *every)
+    result = Result.from_json(cast(bytes, r.hget(keys.results, "T-3")))
+    trimmed = replace(result, label="billing", scores={"billing": 0.5, "technical": 0.3})
+    r.hset(keys.results, "T-3", trimmed.to_json())
+    r.zadd(keys.review, {"T-3": 0.2})
+    with TestClient(make_app(Auth(token=TOKEN))) as client:
+        client.post("/login", data={"token": TOKEN})
+        for page in ("/review", "/tickets/T-3", "/results"):
+            html = client.get(page).text
+            offered = set(re.findall(r'<option value="([^"]+)"', html))
+            assert {"card_arrival", "refund", "account"} <= offered, page

@@ -310,3 +310,58 @@ def test_a_dead_letter_with_an_absurd_time_still_reads() -> None:
         letter = DeadLetter.from_json(raw)
         assert (letter.id, letter.reason, letter.at) == ("T-1", "not JSON: x", 0.0)
     assert DeadLetter.from_json('{"reason": "r", "payload": "p", "at": 12.5}').at == 12.5
+
+
+def test_result_scores_keeps_each_answers_most_probable_labels_and_nothing_else_changes() -> None:
+    """``--result-scores N``: a result of dozens of labels carries every label's score (~3 KiB for 77
+    intents); with N, each answer keeps its N most probable, most probable first, its label always among
+    them; its label, confidence, review mark and review margin are the same as with every score."""
+    from collections.abc import Callable, Sequence
+    from typing import Any, ClassVar
+
+    from producer.protocol import review_margin
+    from worker.contract import kept_scores
+    from worker.engine.types import Answer, BatchStats, Prediction
+    from worker.review import Threshold
+    from worker.stage import process
+
+    intents = {f"i{k}": (k + 1) / 210 for k in range(20)}  # i19 most probable, then i18, ...
+
+    class Many:
+        name = "fake"
+        labels: ClassVar[list[str]] = list(intents)
+
+        def describe(self) -> dict[str, Any]:
+            return {}
+
+        def classify(
+            self, texts: Sequence[str], *, on_pass: Callable[[BatchStats], None] | None = None
+        ) -> tuple[list[Prediction], list[BatchStats]]:
+            answer = Answer("i19", dict(intents), head="h1")
+            return [Prediction("i19", dict(intents), {}, answers={"q": answer}) for _ in texts], []
+
+    raw = [b'{"id": "1", "text": "hi"}']
+    review, asked = Threshold(0.5, "test"), {"q": Threshold(0.5, "test")}
+    (whole,) = process(raw, Many(), "w", review=review, question_review=asked).finished
+    (kept,) = process(raw, Many(), "w", review=review, question_review=asked, keep_scores=3).finished
+    assert list(whole.result.scores) == list(intents)  # every label, in the engine's order
+    assert list(kept.result.scores) == ["i19", "i18", "i17"]
+    assert list(kept.result.answers["q"]["scores"]) == ["i19", "i18", "i17"]
+    for field in ("label", "confidence", "review"):
+        assert getattr(kept.result, field) == getattr(whole.result, field)
+    assert {k: v for k, v in kept.result.answers["q"].items() if k != "scores"} == {
+        k: v for k, v in whole.result.answers["q"].items() if k != "scores"
+    }
+    assert review_margin(kept.result.scores) == review_margin(whole.result.scores)
+    assert len(kept.result.to_json()) < len(whole.result.to_json()) / 2
+    # a label outside the top (a forced one) is kept in place of the last; fewer labels than N: all
+    assert list(kept_scores(intents, "i0", 3)) == ["i19", "i18", "i0"]
+    assert kept_scores({"a": 0.2, "b": 0.8}, "b", 5) == {"a": 0.2, "b": 0.8}
+
+
+def test_result_scores_needs_two_the_review_margin_reads() -> None:
+    from worker.settings import ConfigError, Settings
+
+    assert Settings(result_scores=2).result_scores == 2
+    with pytest.raises(ConfigError, match="result-scores"):
+        Settings(result_scores=1)
