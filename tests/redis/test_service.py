@@ -76,6 +76,17 @@ def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
     assert "redis_url" in logs[0]["settings"]
 
 
+def test_result_scores_reaches_the_results_the_worker_writes(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any
+) -> None:
+    r.lpush(keys.tickets, *tickets(6))
+    with capture_logs():
+        assert make_service(redis_url, keys, fake_classifier, result_scores=2).run() == 0
+    for i in range(6):
+        result = Result.from_json(r.hget(keys.results, f"t{i}"))  # type: ignore[arg-type]
+        assert len(result.scores) == 2 and result.label == next(iter(result.scores))
+
+
 def test_an_engine_failure_only_sinks_the_tickets_that_cause_it(fake_classifier: Any) -> None:
     raws = [
         json.dumps({"id": f"t{i}", "text": t}).encode() for i, t in enumerate(["fine", "boom here", "ok too"])
