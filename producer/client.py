@@ -7,6 +7,7 @@ learns about a bad ticket from an exception, not from the dead-letter list.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -394,9 +395,22 @@ class Client:
         except redis.ResponseError as exc:
             message = str(exc)
             if message.startswith("TICKETQ "):
-                raise LabelError(message.removeprefix("TICKETQ ")) from None
+                raise LabelError(
+                    message.removeprefix("TICKETQ ") + self._near(label, question, message)
+                ) from None
             raise
         return Correction.from_json(ticket_id, raw)
+
+    def _near(self, label: str, question: str | None, message: str) -> str:
+        """For an unknown label, the published labels it is closest to (a taxonomy of dozens of intents:
+        "card arrival" for ``card_arrival``), as a hint after the error; else nothing."""
+        if not message.startswith("TICKETQ unknown label "):
+            return ""
+        known = self.labels_of(question)
+        folded = {name.casefold().replace("_", " ").replace("-", " "): name for name in known}
+        key = label.casefold().replace("_", " ").replace("-", " ")
+        close = [folded[k] for k in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.75)]
+        return f"; did you mean {' or '.join(close)}?" if close else ""
 
     def labels_of(self, question: str | None = None, *, also: Iterable[str] = ()) -> list[str]:
         """The labels a correction of ``question`` (None: the primary) may name: the set workers publish at

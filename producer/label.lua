@@ -10,7 +10,8 @@
 --   ticketq:q:intent:labelset ticketq:q:intent:review ticketq:questions , T-1 lost_card alice intent
 -- The label must be one of the task's: KEYS 4 (written by every worker at start) when it exists, else the
 -- labels of the ticket's result (a further question's: of its answer NAME) while the result is kept; so a
--- result that was trimmed no longer lets any label through. A further question must be one of
+-- result that was trimmed no longer lets any label through. (Not the result's labels when KEYS 4 exists:
+-- a worker run with --result-scores N writes only the N most probable.) A further question must be one of
 -- P:questions (written with the label sets at start) and have its label set: there may be no answer to
 -- check by (no head for it yet), so an unknown question, or any question before a worker published them,
 -- is refused.
@@ -47,7 +48,8 @@ if question ~= '' then
     return redis.error_reply('TICKETQ unknown question ' .. question .. ' (questions: ' .. known .. ')')
   end
 end
-if KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1 and redis.call('SISMEMBER', KEYS[4], label) == 0 then
+local published = KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1
+if published and redis.call('SISMEMBER', KEYS[4], label) == 0 then
   local whose = question == '' and '' or (' for question ' .. question)
   return redis.error_reply('TICKETQ unknown label ' .. label .. whose .. ' (labels: ' .. listed(KEYS[4]) .. ')')
 end
@@ -59,7 +61,9 @@ if raw then
     if type(result) ~= 'table' then result = {} end
   end
   if ok and type(result) == 'table' then
-    if type(result.scores) == 'table' and next(result.scores) ~= nil and result.scores[label] == nil then
+    -- only without a published label set: a result may carry its most probable labels only (--result-scores)
+    if not published and type(result.scores) == 'table' and next(result.scores) ~= nil
+        and result.scores[label] == nil then
       local known = {}
       for name in pairs(result.scores) do known[#known + 1] = name end
       table.sort(known)

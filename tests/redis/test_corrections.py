@@ -504,3 +504,29 @@ def test_a_worker_publishes_its_questions_label_sets_at_start(r: redis.Redis, ke
     classifier = SimpleNamespace(task=task, questions=("intent",))
     assert question_labels(classifier) == {"intent": ["lost_card", "refund"]}
     assert question_labels(FakeClassifier()) == {}  # a double without a task: nothing to publish
+
+
+def test_a_label_outside_a_trimmed_results_scores_is_a_correction_and_a_near_miss_is_named(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """A worker run with ``--result-scores 2`` writes each result's two most probable labels only; the
+    right label is often another, so label.lua checks the published label set, not the result's scores.
+    A label that is not one gets the closest published ones as a hint (dozens of intents are mistyped)."""
+    from worker.startcheck import publish_labels
+
+    intents = ["card_arrival", "card_delivery_estimate", "lost_or_stolen_card", "refund_not_showing_up"]
+    publish_labels(RedisQueue(r, keys, "w1"), intents)
+    scores = {"card_delivery_estimate": 0.5, "lost_or_stolen_card": 0.3}  # the top two only
+    r.hset(keys.results, "T-8", Result("T-8", "card_delivery_estimate", scores, "m", "d").to_json())
+    r.set(keys.text("T-8"), "still no card after two weeks", ex=60)
+    client = Client(r, keys.prefix)
+    c = client.label("T-8", "card_arrival")
+    assert (c.label, c.was) == ("card_arrival", "card_delivery_estimate")
+    with pytest.raises(
+        LabelError, match=r"unknown label Card arrival \(labels: .*\); did you mean card_arrival\?$"
+    ):
+        client.label("T-8", "Card arrival")
+    with pytest.raises(
+        LabelError, match=r"unknown label parking \(labels: [^;]*\)$"
+    ):  # nothing near: no hint
+        client.label("T-8", "parking")
