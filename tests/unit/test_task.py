@@ -36,6 +36,8 @@ def test_task_file_round_trip(tmp_path: Path) -> None:
         (["a", ""], [], {}, "non-empty"),
         (["a", "b"], [{"text": "t", "label": "c"}], {}, "not one of"),
         (["a", "b"], [], {"c": "q"}, "unknown label"),
+        (["a", "é" * 65], [], {}, "over 128 bytes"),  # 130 bytes: more than a correction may name
+        (["a", "b\x07"], [], {}, "a control character"),
     ],
 )
 def test_bad_tasks_are_refused_with_the_reason(labels, examples, routes, message) -> None:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from producer.learning import MAX_LABEL_BYTES
+
 from .recipe import FINE, Preset, Recipe, parse_spec
 
 if sys.version_info >= (3, 11):
@@ -91,6 +93,13 @@ def check_labels(labels: tuple[str, ...], what: str) -> None:
     for label in labels:
         if not isinstance(label, str) or not label or label != label.strip() or "\n" in label:
             raise TaskError(f"label {label!r} must be non-empty, single-line, without outer white space")
+        # what a correction may name (producer/learning.py, label.lua): a label none could name is refused
+        if len(label.encode()) > MAX_LABEL_BYTES:
+            raise TaskError(
+                f"label {label[:40]!r}…: over {MAX_LABEL_BYTES} bytes (a correction could not name it)"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in label):
+            raise TaskError(f"label {label!r}: a control character (a correction could not name it)")
     if len(set(labels)) != len(labels):
         raise TaskError(f"duplicate labels in {list(labels)}")
 
