@@ -51,6 +51,7 @@ DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (
 _KEPT_CHUNK = 200  # results scanned, and texts read in one pipeline, at a time (Client.kept_texts)
 _KEPT_WALK = 10  # results looked at per text wanted, at most (Client.kept_texts)
 _DEAD_FIRST_CHUNK = 16  # letters in the scan's first read; the next reads are sized by the bytes left
+DEAD_READ_BYTES = 1024 * 1024  # most bytes of dead letters one LRANGE of Client.dead asks for (plus one)
 
 
 def as_text(raw: bytes | str) -> str:
@@ -296,27 +297,44 @@ class Client:
         smaller, and can pass the budget by one small first chunk at most); the scan stops there, so a list
         of large letters is searched less deep, never read whole."""
         found: dict[str, str] = {}
-        start, left, largest = 0, DEAD_SCAN_BYTES, MAX_LETTER_BYTES
-        count = min(DEAD_SCAN, _DEAD_FIRST_CHUNK)
-        while start < DEAD_SCAN and count > 0:
-            chunk = self.redis.lrange(self.keys.dead, start, start + count - 1)
-            for raw in chunk:
-                left -= len(raw)
-                largest = max(largest, len(raw))
-                letter = DeadLetter.read(raw)  # an unreadable entry has no id: passed over
-                if letter.id not in ids or letter.id in found:
-                    continue
-                if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
-                    found[letter.id] = letter.reason
-            if len(chunk) < count:
-                break
-            start += count
-            count = min(DEAD_SCAN - start, max(left, 0) // largest)
+        for raw in self._dead_entries(DEAD_SCAN, DEAD_SCAN_BYTES):
+            letter = DeadLetter.read(raw)  # an unreadable entry has no id: passed over
+            if letter.id not in ids or letter.id in found:
+                continue
+            if expect.get(letter.id, "") in ("", payload_digest(letter.payload)):
+                found[letter.id] = letter.reason
         return found
 
+    def _dead_entries(
+        self, most: int, budget: int | None, per_read: int | None = None
+    ) -> Iterator[bytes | str]:
+        """Up to ``most`` of the newest entries of ``P:dead``, newest first, read in chunks sized as if every
+        next letter were as large as the largest seen (at least ``MAX_LETTER_BYTES``): so the bytes read stay
+        within ``budget`` in all (None: no total; the first chunk of :data:`_DEAD_FIRST_CHUNK` letters may
+        pass it) and within ``per_read`` in one LRANGE, the most one command holds Redis for."""
+        start, left, largest = 0, budget, MAX_LETTER_BYTES
+        count = min(most, _DEAD_FIRST_CHUNK)
+        while start < most and count > 0:
+            chunk = self.redis.lrange(self.keys.dead, start, start + count - 1)
+            for raw in chunk:
+                largest = max(largest, len(raw))
+                if left is not None:
+                    left -= len(raw)
+                yield raw
+            if len(chunk) < count:
+                return
+            start += count
+            count = most - start
+            if left is not None:  # what the budget has room for: none once it is spent
+                count = min(count, max(left, 0) // largest)
+            if per_read is not None:  # at least one: a letter larger than per_read is still read
+                count = min(count, max(1, per_read // largest))
+
     def dead(self, limit: int = 20) -> list[DeadLetter]:
-        """The newest dead letters first (an entry that is not a letter reads as one: DeadLetter.read)."""
-        return [DeadLetter.read(r) for r in self.redis.lrange(self.keys.dead, 0, max(limit, 1) - 1)]
+        """The newest dead letters first (an entry that is not a letter reads as one: DeadLetter.read), at
+        most :data:`DEAD_READ_BYTES` a command: ``dead --limit 10000`` of large letters (up to 96 KiB each)
+        would otherwise be one LRANGE of nearly a GB on the Redis every client shares."""
+        return [DeadLetter.read(r) for r in self._dead_entries(max(limit, 1), None, DEAD_READ_BYTES)]
 
     def results_within(self, ids: Sequence[str], budget: int) -> int:
         """How many of ``ids``, from the first, have results that add up to at most ``budget`` bytes (the

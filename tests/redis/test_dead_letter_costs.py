@@ -15,6 +15,7 @@ import redis
 from producer import dead as dead_module
 from producer.client import DEAD_SCAN_BYTES, Client, Waited
 from producer.protocol import (
+    MAX_LETTER_BYTES,
     MAX_PAYLOAD_BYTES,
     UNREADABLE_LETTER,
     DeadLetter,
@@ -143,6 +144,38 @@ def test_wait_reads_no_more_than_one_small_chunk_past_its_budget_of_older_larger
     got = bytes_read(c, monkeypatch)
     c.wait(["T-404"], timeout=0.1)
     assert sum(got) <= DEAD_SCAN_BYTES + 16 * len(old[0])  # ~12 MB were read before
+
+
+def test_the_dead_command_reads_any_number_of_large_letters_a_megabyte_a_command(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ticketq-producer dead --limit N`` prints N letters; read with one LRANGE, 10,000 letters of up to
+    96 KiB would be nearly a GB in one command. After a first small chunk, each read asks for at most
+    DEAD_READ_BYTES worth of letters as large as the largest seen (96 KiB at least, all a worker writes);
+    after a larger one (an older worker's), one letter a read."""
+    from producer.client import DEAD_READ_BYTES
+
+    junk = [
+        DeadLetter("not JSON: no", bytes([1]) * (MAX_PAYLOAD_BYTES - 4) + b"%04d" % n).to_json()
+        for n in range(60)
+    ]
+    small = [DeadLetter("empty field: text", b"x", id=f"T-{n}").to_json() for n in range(5)]
+    r.rpush(keys.dead, *junk, *small)
+    c = Client(r, keys.prefix)
+    got = bytes_read(c, monkeypatch)
+    letters = c.dead(1000)
+    assert [x.to_json() for x in letters] == [*junk, *small]
+    assert len(got) > 5 and all(n <= DEAD_READ_BYTES for n in got[1:])  # ~875 KB a read after the first
+    assert [x.to_json() for x in c.dead(3)] == junk[:3]
+    huge = json.dumps(
+        {"v": 1, "reason": "not JSON", "payload": "\u0001" * 400_000}
+    )  # ~2.4 MB, an old worker's
+    r.delete(keys.dead)
+    r.rpush(keys.dead, *junk[:20], huge, *junk[20:])
+    got.clear()
+    assert len(c.dead(1000)) == 61
+    assert got[1] >= len(huge)  # the second read met it ...
+    assert all(n <= MAX_LETTER_BYTES for n in got[2:])  # ... and every read after it asked for one letter
 
 
 def _wait_in_thread(c: Client, keys: Keys, digests: dict[str, str]) -> tuple[threading.Thread, list[Waited]]:
