@@ -435,7 +435,10 @@ class Client:
         start (``P:labelset``, ``P:q:NAME:labelset``), with ``also`` (a result's own scores: a label set not
         published yet), sorted. A result may carry only its most probable labels (``--result-scores``), so
         its scores are not the list to offer."""
-        found = self.redis.smembers(self.keys.asking(question).labelset)
+        try:
+            found = self.redis.smembers(self.keys.asking(question).labelset)
+        except redis.ResponseError:  # a key of another type under the prefix: no published set
+            found = set()
         return sorted({*(as_text(name) for name in found), *also})
 
     def unlabel(self, ticket_id: str, question: str | None = None) -> Correction:

@@ -172,3 +172,7 @@ def test_results_with_their_top_labels_only_still_offer_every_published_label(
             html = client.get(page).text
             offered = set(re.findall(r'<option value="([^"]+)"', html))
             assert {"card_arrival", "refund", "account"} <= offered, page
+        r.delete(keys.labelset)
+        r.set(keys.labelset, "a string where the set belongs")  # WRONGTYPE for SMEMBERS: the scores' names
+        html = client.get("/tickets/T-3").text
+        assert set(re.findall(r'<option value="([^"]+)"', html)) == {"billing", "technical"}
