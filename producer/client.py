@@ -7,7 +7,6 @@ learns about a bad ticket from an exception, not from the dead-letter list.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -27,6 +26,7 @@ from producer.learning import (
     MAX_HEAD_BYTES,
     Correction,
     HeadVersion,
+    closest_labels,
     label_problem,
 )
 from producer.protocol import (
@@ -424,10 +424,7 @@ class Client:
         "card arrival" for ``card_arrival``), as a hint after the error; else nothing."""
         if not message.startswith("TICKETQ unknown label "):
             return ""
-        known = self.labels_of(question)
-        folded = {name.casefold().replace("_", " ").replace("-", " "): name for name in known}
-        key = label.casefold().replace("_", " ").replace("-", " ")
-        close = [folded[k] for k in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.75)]
+        close = closest_labels(label, self.labels_of(question))
         return f"; did you mean {' or '.join(close)}?" if close else ""
 
     def labels_of(self, question: str | None = None, *, also: Iterable[str] = ()) -> list[str]:

@@ -11,7 +11,9 @@ there, not among its labels), and a further question no worker has published; it
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,18 @@ HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head fi
 LABEL_SCRIPT = source("producer", "label.lua")
 #: Publishes a head, versioned (``producer/publish_head.lua``).
 PUBLISH_HEAD_SCRIPT = source("producer", "publish_head.lua")
+
+
+def closest_labels(label: str, known: Iterable[str], most: int = 3) -> list[str]:
+    """The labels of ``known`` closest to ``label``, a near miss of one of them (case, ``_`` and ``-``
+    folded: "card arrival" for ``card_arrival``), closest first; none when nothing is near. For the hint
+    after an unknown label, in a taxonomy of dozens of intents."""
+
+    def fold(name: str) -> str:
+        return name.casefold().replace("_", " ").replace("-", " ").strip()
+
+    folded = {fold(name): name for name in known}
+    return [folded[k] for k in difflib.get_close_matches(fold(label), list(folded), n=most, cutoff=0.75)]
 
 
 @dataclass(frozen=True)

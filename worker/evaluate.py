@@ -33,6 +33,7 @@ from typing import Any
 from producer import config
 from producer.config import at_least, group, option
 from producer.exitcodes import Exit
+from producer.learning import closest_labels
 from producer.options import QuestionOptions
 from worker.bench.data import DataError, Item, length_sample, read_items
 from worker.engine.calibration import BINS, T_RANGE, TemperatureCheck, ece, format_report, risk_coverage
@@ -351,8 +352,13 @@ def check_labels(items: Sequence[Item], labels: Sequence[str]) -> None:
         named = ", ".join(repr(i) for i in bad[:_NAMED_IDS]) + (
             f" and {len(bad) - _NAMED_IDS} more" if len(bad) > _NAMED_IDS else ""
         )
+        near = [
+            f"{lab!r} for {close[0]!r}" for lab in unknown if (close := closest_labels(lab or "", labels))
+        ]
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        known = ", ".join(labels)
         raise DataError(
-            f"labels not in the task: {found}, on ids {named}; the task's labels are {', '.join(labels)}"
+            f"labels not in the task: {found}, on ids {named}; the task's labels are {known}{hint}"
         )
 
 

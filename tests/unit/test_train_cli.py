@@ -122,6 +122,19 @@ def test_labels_not_in_the_task_name_the_tickets_that_carry_them() -> None:
     message = str(caught.value)
     assert message.startswith("labels not in the task: 'typo' (11), 'lost_crad' (1), on ids 'T-2', 'X-0'")
     assert "'X-8' and 2 more; the task's labels are billing, account" in message
+    assert "did you" not in message  # nothing near either label
+    with pytest.raises(DataError, match=r"account, lost_card; did you mean 'lost_crad' for 'lost_card'\?$"):
+        check_labels(items[:2], ["billing", "account", "lost_card"])
+
+
+def test_a_near_miss_label_names_the_closest_ones() -> None:
+    from producer.learning import closest_labels
+
+    intents = ["card_arrival", "card_delivery_estimate", "Card acceptance", "lost_or_stolen_card"]
+    assert closest_labels("Card Arrival", intents) == ["card_arrival"]  # case and _ folded
+    assert closest_labels("card-acceptance", intents) == ["Card acceptance"]
+    assert closest_labels("lost or stolen crd", intents) == ["lost_or_stolen_card"]
+    assert closest_labels("parking", intents) == []
 
 
 def test_evals_zero_shot_line_scores_fewer_tickets_the_more_labels_it_scores() -> None:
