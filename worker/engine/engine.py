@@ -14,6 +14,7 @@ from . import chars
 from . import features as feats
 from .decide import decide
 from .head import Head, HeadError, Identity, digest
+from .hierarchy import consistent
 from .model import LoadedModel
 from .options import EngineOptions
 from .planner import PACK, Plan, plan_batches
@@ -383,8 +384,10 @@ class Engine:
             prior, stats = self.prior, stats + more
         answers = {q: answer(h, x) for (q, h), x in zip(asked.items(), xs, strict=True)}
         primary = predictions(self.task.labels, logp, prior, head, self.temperature)
+        parents = {q.name: dict(q.parent) for q in self.task.questions if q.parent}  # a taxonomy
         return [
-            replace(p, answers={q: a[i] for q, a in answers.items()}) for i, p in enumerate(primary)
+            consistent(replace(p, answers={q: a[i] for q, a in answers.items()}), parents)
+            for i, p in enumerate(primary)
         ], stats
 
 

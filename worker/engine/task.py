@@ -66,6 +66,7 @@ QUESTION_KEYS = (
     "label_names",
     "unlabeled_data",
     "balance",
+    "parent",
 )
 
 
@@ -120,6 +121,9 @@ class Question:
     label_names: bool | None = None  # None (no key): by its data (wants_names)
     unlabeled_data: str | None = None
     balance: bool | None = None  # None (no key): by its data (wants_balance)
+    # A taxonomy: each of its labels -> the primary question's label it belongs to (an intent's team).
+    # Its answer and the primary's are then chosen together, consistent (worker/engine/hierarchy.py).
+    parent: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not QUESTION_NAME.fullmatch(self.name):
@@ -130,6 +134,16 @@ class Question:
         if self.head and self.head_data:
             raise TaskError(f"question {self.name!r}: give head or head_data, not both")
         check_review(f"question {self.name!r}", self.review_below, self.auto_accuracy)
+        if self.parent:
+            given = dict(self.parent)
+            missing = [label for label in self.labels if label not in given]
+            unknown = sorted(set(given) - set(self.labels))
+            if missing or unknown:
+                raise TaskError(
+                    f"question {self.name!r}: parent must name each of its labels once"
+                    + (f"; missing {missing[:5]}" if missing else "")
+                    + (f"; not its labels {unknown[:5]}" if unknown else "")
+                )
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,12 @@ class Task:
         for route in self.routes:
             self.check_route(route)
         check_review("the task", self.review_below, self.auto_accuracy)
+        for q in self.questions:
+            strays = sorted({team for _, team in q.parent} - set(self.labels))
+            if strays:
+                raise TaskError(
+                    f"question {q.name!r}: parent names labels the task does not have: {strays[:5]}"
+                )
         t = self.zero_shot_temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
             raise TaskError(f"zero_shot_temperature must be a positive number, got {t!r}")
@@ -372,9 +392,19 @@ def _questions(table: Any) -> tuple[Question, ...]:
                 label_names=_flag(q, "label_names", f"question {name!r}: "),
                 unlabeled_data=_text(q, "unlabeled_data", f"question {name!r}: "),
                 balance=_flag(q, "balance", f"question {name!r}: "),
+                parent=_parent(q.get("parent"), name),
             )
         )
     return tuple(out)
+
+
+def _parent(table: Any, name: str) -> tuple[tuple[str, str], ...]:
+    """``parent = { its_label = "primary_label", ... }``: the taxonomy above a question's labels."""
+    if table is None:
+        return ()
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        raise TaskError(f"question {name!r}: parent must be a table of its labels to the task's labels")
+    return tuple(table.items())
 
 
 def load_task(path: str | Path | None = None) -> Task:
