@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from structlog.testing import capture_logs
 from producer.protocol import Keys, Result
 from worker.connection import connect
 from worker.engine import Engine
+from worker.engine.hierarchy import consistent
 from worker.engine.model import LoadedModel
 from worker.engine.task import load_task
+from worker.engine.types import Answer
 from worker.queue import RedisQueue
 from worker.service import Service
 from worker.settings import Settings
@@ -50,6 +53,7 @@ def test_the_task_names_every_banking77_intent_and_team() -> None:
     teams = json.loads((BANKING77 / "routing_map.json").read_text())
     assert set(task.labels) == set(teams.values())
     assert set(task.labels_of("intent")) == set(teams)
+    assert dict(task.questions[0].parent) == teams  # the taxonomy the team labels were made from
 
 
 def test_the_example_answers_team_and_intent_through_the_worker(
@@ -76,8 +80,13 @@ def test_the_example_answers_team_and_intent_through_the_worker(
     results = [Result.from_json(r.hget(keys.results, f"b-{i}") or b"") for i in range(len(texts))]
     team_alone = engine.asking(None).classify(texts)[0]
     intent_alone = engine.asking("intent").classify(texts)[0]
+    parents = {"intent": dict(engine.task.questions[0].parent)}
     for result, team, intent in zip(results, team_alone, intent_alone, strict=True):
-        assert result.label == team.label and result.label in engine.task.labels
+        # each question asked alone, then the taxonomy's rule (worker/engine/hierarchy.py) over the two
+        want = consistent(replace(team, answers={"intent": Answer(intent.label, intent.scores)}), parents)
+        assert result.label == want.label and result.label in engine.task.labels
         answer = result.answers["intent"]
-        assert answer["label"] == intent.label and len(answer["scores"]) == 77
+        assert answer["label"] == want.answers["intent"].label and len(answer["scores"]) == 77
+        assert parents["intent"][answer["label"]] == result.label  # consistent
+        assert answer["scores"] == pytest.approx(intent.scores, abs=1e-5)  # the intent head's own
         assert answer["head"] == engine.answer_heads["intent"].name
