@@ -10,8 +10,9 @@
   skipped; an object nested deeper than the wire protocol allows is an error with its line.
 - CSV: a header row naming at least the columns the reader needs (``id`` and ``text`` for tickets to push; the
   worker's labelled and unlabelled files need only ``text``); other columns are kept. A row with more values
-  than the header has columns is an error; quoted fields may span lines; a field over csv's limit (131,072
-  characters) or a quote never closed is an error with its line.
+  than the header has columns is an error; quoted fields may span lines; parsed strictly: a field over csv's
+  limit (131,072 characters), a quote never closed (lenient csv would read every later row into that field)
+  or text after a closing quote is an error with the line its row starts on.
 
 Errors are :class:`FileError`, naming the file (when there is one) and the line. What a row must hold to be
 a ticket is the protocol's business (:func:`producer.client.encode`), not this module's.
@@ -92,7 +93,7 @@ def _clip(header: Sequence[str], most: int = 200) -> str:
 
 
 def _csv(text: str, where: str, columns: tuple[str, ...]) -> list[Row]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     try:
         header = reader.fieldnames or []
     except csv.Error as exc:
@@ -101,11 +102,15 @@ def _csv(text: str, where: str, columns: tuple[str, ...]) -> list[Row]:
         needs = " and ".join(columns) + (" columns" if len(columns) > 1 else " column")
         raise FileError(f"{where}the CSV header needs {needs}; missing {missing} (it has {_clip(header)})")
     rows = []
+    start = reader.line_num + 1  # the line the next record starts on (a quoted field may span lines)
     try:
         for row in reader:
             if None in row:
                 raise FileError(f"{where}line {reader.line_num}: more values than header columns")
             rows.append((reader.line_num, {k: v for k, v in row.items() if v is not None}))
-    except csv.Error as exc:  # a field past csv's field_size_limit, a quote never closed
-        raise FileError(f"{where}line {reader.line_num + 1}: {exc}") from None
+            start = reader.line_num + 1
+    except csv.Error as exc:  # a field past csv's field_size_limit, a quote never closed, text after one
+        if "unexpected end of data" in str(exc):  # strict: not every later row read into one field
+            raise FileError(f"{where}line {start}: a quote opened in this row is never closed") from None
+        raise FileError(f"{where}line {start}: {exc}") from None
     return rows

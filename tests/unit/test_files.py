@@ -79,3 +79,17 @@ def test_the_workers_files_need_no_id_column_but_tickets_to_push_do(tmp_path: Pa
     mixed.write_text('{"id": "a", "text": "x"}\n{"text": "y"}\n{"id": "line 2", "text": "z"}\n')
     with pytest.raises(FileError, match="duplicate id 'line 2'"):
         read_items(mixed)
+
+
+def test_a_quote_never_closed_is_an_error_at_its_row_not_every_later_row_read_as_one_text() -> None:
+    """Found by hand: csv's lenient mode read everything after a stray opening quote into that one field,
+    so ``push`` sent one ticket where the file held many (and ``train`` learnt one long text). Strict
+    parsing names the row the quote opened in; a quote inside an unquoted field is still text."""
+    with pytest.raises(FileError, match="line 3: a quote opened in this row is never closed"):
+        parse('id,text\na,ok\nb,"never closed\nc,lost\nd,lost too\n', "csv")
+    with pytest.raises(FileError, match="line 4: ',' expected after '\"'"):
+        parse('id,text\na,"two\nlines"\nc,"q"z\n', "csv")
+    assert parse('id,text\na,x"y\nb,"fine, ""quoted"""\n', "csv") == [
+        (2, {"id": "a", "text": 'x"y'}),
+        (3, {"id": "b", "text": 'fine, "quoted"'}),
+    ]
