@@ -80,7 +80,7 @@ def test_the_example_answers_team_and_intent_through_the_worker(
     results = [Result.from_json(r.hget(keys.results, f"b-{i}") or b"") for i in range(len(texts))]
     team_alone = engine.asking(None).classify(texts)[0]
     intent_alone = engine.asking("intent").classify(texts)[0]
-    parents = {"intent": dict(engine.task.questions[0].parent)}
+    parents = engine.task.parents
     for result, team, intent in zip(results, team_alone, intent_alone, strict=True):
         # each question asked alone, then the taxonomy's rule (worker/engine/hierarchy.py) over the two
         want = consistent(replace(team, answers={"intent": Answer(intent.label, intent.scores)}), parents)

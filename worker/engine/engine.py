@@ -384,9 +384,8 @@ class Engine:
             prior, stats = self.prior, stats + more
         answers = {q: answer(h, x) for (q, h), x in zip(asked.items(), xs, strict=True)}
         primary = predictions(self.task.labels, logp, prior, head, self.temperature)
-        parents = {q.name: dict(q.parent) for q in self.task.questions if q.parent}  # a taxonomy
         return [
-            consistent(replace(p, answers={q: a[i] for q, a in answers.items()}), parents)
+            consistent(replace(p, answers={q: a[i] for q, a in answers.items()}), self.task.parents)
             for i, p in enumerate(primary)
         ], stats
 

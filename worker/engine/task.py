@@ -28,6 +28,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +222,12 @@ class Task:
                 return q
         known = ", ".join(q.name for q in self.questions) or "none"
         raise TaskError(f"task {self.name!r} asks no question {name!r}; its questions: {known}")
+
+    @cached_property
+    def parents(self) -> dict[str, dict[str, str]]:
+        """The taxonomy: each question with a ``parent`` table -> its label -> the primary label it
+        belongs to (worker/engine/hierarchy.py chooses those answers together)."""
+        return {q.name: dict(q.parent) for q in self.questions if q.parent}
 
     def labels_of(self, name: str | None) -> tuple[str, ...]:
         """The labels of question ``name`` (None: the primary)."""
