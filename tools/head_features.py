@@ -29,7 +29,7 @@ import torch
 from worker.bench.data import read_items
 from worker.engine import Engine
 from worker.engine import features as feats
-from worker.engine.options import EngineOptions
+from worker.engine.options import EMBEDDED, EngineOptions
 from worker.engine.scorer import PrefixCache
 
 POOLS = ("mean", "max", "last", "rare")
@@ -115,7 +115,7 @@ def all_layers(
 
 def extract(args: argparse.Namespace) -> None:
     # auto judged as the task's workers judge it (its heads' features), not by zero-shot labels
-    options = EngineOptions(task=args.task, head="none", dtype=args.dtype)
+    options = EngineOptions(task=args.task, head="none", dtype=args.dtype, model=args.model)
     engine = Engine.load(options, questions=False, as_worker=True)
     info = engine.describe()
     texts, labels = read_labelled(args.tickets)
@@ -146,6 +146,7 @@ def main() -> None:
     ex.add_argument("--tickets", required=True)
     ex.add_argument("--out", required=True)
     ex.add_argument("--dtype", default="auto")
+    ex.add_argument("--model", default=EMBEDDED, help="the model (as the worker's --model)")
     ex.add_argument("--depth", type=int, default=12, help="layers 1..DEPTH (the pass stops there)")
     ex.add_argument("--echo", action="store_true", help="read each ticket twice; add the echo pool")
     args = parser.parse_args()

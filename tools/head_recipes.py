@@ -26,6 +26,18 @@ RECIPES: dict[str, list[tuple[str, int]]] = {
     "L4+8+12 mean": [("mean", 4), ("mean", 8), ("mean", 12)],
     "L8+12 mean+max": [("mean", 8), ("mean", 12), ("max", 8), ("max", 12)],
     "L12 mean+last": [("mean", 12), ("last", 12)],
+    "default": [("mean", 8), ("mean", 12), ("rare", 8), ("rare", 12), ("max", 8), ("max", 12), (CHARS, 0)],
+    "accurate": [
+        ("mean", 8),
+        ("mean", 12),
+        ("rare", 8),
+        ("rare", 12),
+        ("max", 8),
+        ("max", 12),
+        ("echo", 24),
+        ("echo", 28),
+        (CHARS, 0),
+    ],
 }
 
 
@@ -54,6 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     tr, te = torch.load(args.train), torch.load(args.test)
     labels = tr["task_labels"]
+    if not set(tr["labels"]) <= set(labels):  # features extracted under another task's prompt
+        labels = sorted(set(tr["labels"]))
     ytr = torch.tensor([labels.index(v) for v in tr["labels"]])
     yte = torch.tensor([labels.index(v) for v in te["labels"]])
     rng = random.Random(0)
