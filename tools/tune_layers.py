@@ -26,7 +26,6 @@ them). Not shipped.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import math
 import random
@@ -43,6 +42,7 @@ from producer import config
 from producer.config import group, option
 from producer.exitcodes import Exit
 from producer.options import QuestionOptions
+from tools.head_features import layer_states
 from worker.bench.data import DataError, read_items
 from worker.engine.options import NO_HEAD, EngineOptions
 from worker.engine.recipe import Recipe
@@ -56,10 +56,6 @@ BATCH = 32  # tickets per step
 
 class TuneError(ValueError):
     """The tuning cannot run as asked."""
-
-
-class _Stop(Exception):
-    pass
 
 
 class _Record:
@@ -88,35 +84,16 @@ def span(recipe: Recipe) -> tuple[int, int]:
 @torch.inference_mode()
 def token_states(engine: Engine, texts: Sequence[str], layer: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The prefix's states after ``layer`` (P, d), and each ticket's (its tokens and the hand-over), from
-    the engine's own packed, prefix-cached pass, which stops there."""
-    scorer = engine.scorer
+    the engine's own packed, prefix-cached pass, which stops there (:func:`.head_features.layer_states`)."""
     suffixes = engine.prompt.ticket_ids(engine.tokenizer, texts)
-    got: list[torch.Tensor] = []
-
-    def keep(_m: object, _a: object, output: Any) -> None:
-        got.append(output[0] if isinstance(output, tuple) else output)
-        raise _Stop
-
     states: list[torch.Tensor] = [torch.empty(0)] * len(texts)
-    hook = scorer.body.layers[layer - 1].register_forward_hook(keep)
-    try:
-        for plan in engine.plan([len(s) for s in suffixes]):
-            ids, pos, mask, query = scorer._layout(suffixes, plan, tree=False)
-            got.clear()
-            with contextlib.suppress(_Stop):
-                cache = {scorer._cache_kw: PrefixCache(scorer.prefix_kv)}
-                scorer.body(input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=True, **cache)
-            flat = got[0].reshape(-1, got[0].shape[-1]).float()
-            order = [i for row in plan.rows for i in row]
-            for item, end in zip(order, query[:, 0].tolist(), strict=True):
-                n = len(suffixes[item])
-                states[item] = flat[end - n + 1 : end + 1].clone()
-        got.clear()
-        with contextlib.suppress(_Stop):
-            scorer.body(input_ids=torch.tensor([list(engine.prompt.prefix_ids)]))
-    finally:
-        hook.remove()
-    return got[0][0].float().clone(), states
+    for order, ends, stack in layer_states(engine, suffixes, layer):
+        flat = stack[:, layer - 1].float()
+        for item, end in zip(order, ends, strict=True):
+            states[item] = flat[end - len(suffixes[item]) + 1 : end + 1].clone()
+    prefix = torch.tensor([list(engine.prompt.prefix_ids)], device=engine.scorer.device)
+    out = engine.scorer.body(input_ids=prefix, output_hidden_states=True)
+    return out.hidden_states[layer][0].float().clone(), states
 
 
 class Tuner:
@@ -188,10 +165,6 @@ class Tuner:
 
 @dataclass(frozen=True)
 class Tuned:
-    first: int
-    last: int
-    epochs: int
-    steps: int
     losses: tuple[float, ...]  # the mean training loss of each epoch
     seconds: float
 
@@ -278,7 +251,7 @@ def tune(
             target = layers[first + i].state_dict()
             for name, value in tuned.state_dict().items():
                 target[name].copy_(value.to(target[name].dtype))
-    return Tuned(first, last, epochs, steps, tuple(losses), time.perf_counter() - start)
+    return Tuned(tuple(losses), time.perf_counter() - start)
 
 
 def save(engine: Engine, out: str | Path) -> None:
