@@ -122,8 +122,9 @@ class Question:
     label_names: bool | None = None  # None (no key): by its data (wants_names)
     unlabeled_data: str | None = None
     balance: bool | None = None  # None (no key): by its data (wants_balance)
-    # A taxonomy: each of its labels -> the primary question's label it belongs to (an intent's team).
-    # Its answer and the primary's are then chosen together, consistent (worker/engine/hierarchy.py).
+    # A taxonomy: each of its labels -> the label it belongs to: the primary's (an intent's team) or,
+    # as NAME:label, question NAME's (an intent's category). Its answer and those above it are then
+    # chosen together, consistent (worker/engine/hierarchy.py; Task.parents resolves and checks it).
     parent: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
@@ -203,12 +204,7 @@ class Task:
         for route in self.routes:
             self.check_route(route)
         check_review("the task", self.review_below, self.auto_accuracy)
-        for q in self.questions:
-            strays = sorted({team for _, team in q.parent} - set(self.labels))
-            if strays:
-                raise TaskError(
-                    f"question {q.name!r}: parent names labels the task does not have: {strays[:5]}"
-                )
+        _ = self.parents  # each parent table resolved now: TaskError if one cannot be
         t = self.zero_shot_temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
             raise TaskError(f"zero_shot_temperature must be a positive number, got {t!r}")
@@ -224,10 +220,42 @@ class Task:
         raise TaskError(f"task {self.name!r} asks no question {name!r}; its questions: {known}")
 
     @cached_property
-    def parents(self) -> dict[str, dict[str, str]]:
-        """The taxonomy: each question with a ``parent`` table -> its label -> the primary label it
-        belongs to (worker/engine/hierarchy.py chooses those answers together)."""
-        return {q.name: dict(q.parent) for q in self.questions if q.parent}
+    def parents(self) -> dict[str, tuple[str | None, dict[str, str]]]:
+        """The taxonomy: each question with a ``parent`` table -> (the question above it, None for the
+        primary; its label -> the label above it). worker/engine/hierarchy.py chooses those answers
+        together. TaskError for a table naming no label of the task, labels of two questions, or a loop."""
+        out: dict[str, tuple[str | None, dict[str, str]]] = {}
+        for q in self.questions:
+            if not q.parent:
+                continue
+            above: set[str | None] = set()
+            labels: dict[str, str] = {}
+            strays = []
+            for label, target in q.parent:
+                try:
+                    where, up = self.route_target(target)
+                except TaskError:
+                    strays.append(target)
+                    continue
+                above.add(where)
+                labels[label] = up
+            if strays:
+                raise TaskError(
+                    f"question {q.name!r}: parent names labels the task does not have: {strays[:5]}"
+                    " (a primary label, or NAME:label for question NAME's)"
+                )
+            if len(above) > 1:
+                names = sorted("the primary" if w is None else repr(w) for w in above)
+                raise TaskError(f"question {q.name!r}: parent names labels of {', '.join(names)}: give one")
+            out[q.name] = (above.pop(), labels)
+        for start in out:
+            seen, at = [start], out[start][0]
+            while at is not None and at in out:
+                if at in seen:
+                    raise TaskError(f"parent tables loop: {' -> '.join([*seen, at])}")
+                seen.append(at)
+                at = out[at][0]
+        return out
 
     def labels_of(self, name: str | None) -> tuple[str, ...]:
         """The labels of question ``name`` (None: the primary)."""
@@ -406,7 +434,8 @@ def _questions(table: Any) -> tuple[Question, ...]:
 
 
 def _parent(table: Any, name: str) -> tuple[tuple[str, str], ...]:
-    """``parent = { its_label = "primary_label", ... }``: the taxonomy above a question's labels."""
+    """``parent = { its_label = "primary_label" or "NAME:label", ... }``: the taxonomy above a question's
+    labels (resolved by :attr:`Task.parents`)."""
     if table is None:
         return ()
     if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
