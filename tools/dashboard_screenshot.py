@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _clear(conn: redis.Redis) -> None:
     stale = list(conn.scan_iter(match=f"{PREFIX}:*", count=1000))
     if stale:
-        conn.delete(*stale)
+        conn.unlink(*stale)  # freed in the background
 
 
 def _run(url: str, conn: redis.Redis, tickets: list[dict], args: argparse.Namespace) -> int:

@@ -7,10 +7,11 @@
 -- Atomic: the worker's registration and every move (and the hand-back of stale payloads) together, so a
 -- payload is always in exactly one list and a registered worker's list is always found by recovery.
 -- Cost: O(moved + stale) list operations and HEXISTSs plus one SHA1 of at most ARGV 7 bytes per payload
--- looked at; bounded by ARGV 1 and the byte budget, so at most a few hundred payloads a call (well under
--- a millisecond for valid ones, under 64 KiB). Each payload looked at is still copied into Lua (LINDEX)
--- and out again (LPUSH, the reply): O(its size), about 4 ms a MiB on the 2-core EPYC (280 ms for one of
--- 64 MiB): only Redis's proto-max-bulk-len bounds one payload; set it to 1mb (docs/threat-model.md).
+-- looked at; bounded by ARGV 1 (at most CLAIM_STEP, 500, in worker/queue.py: a larger drain takes
+-- several calls) and the byte budget: about 7 ms for 500 payloads of 200 bytes (2-core EPYC).
+-- Each payload looked at is still copied into Lua (LINDEX) and out again (LPUSH, the reply): O(its
+-- size), about 4 ms a MiB on the 2-core EPYC (280 ms for one of 64 MiB): only Redis's proto-max-bulk-len
+-- bounds one payload; set it to 1mb (docs/threat-model.md).
 -- Returns {stopped, payloads moved, stale payloads handed back}.
 redis.call('SADD', KEYS[4], ARGV[3])
 local moved = {}

@@ -13,6 +13,7 @@ from redis.crc import key_slot
 from support import finished
 
 from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
+from worker import queue as queue_module
 from worker.connection import connect
 from worker.contract import Rejected
 from worker.errors import TransientError
@@ -150,6 +151,54 @@ def test_a_suspect_is_not_swept_into_a_drain_already_started(
     r.hset(keys.attempts, payload_digest(payload(2)), 1)
     assert q.claim(10, max_wait_s=0) == [payload(1)]
     assert q.claim(10, max_wait_s=0) == [payload(2)]
+
+
+def test_a_drain_larger_than_one_script_call_is_claimed_in_steps_oldest_first(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_module, "CLAIM_STEP", 3)
+    moved: list[int] = []
+    script = q._claim
+
+    def counted(**kw: object) -> object:
+        out = script(**kw)
+        moved.append(len(out[1]))
+        return out
+
+    q._claim = counted
+    r.lpush(keys.tickets, *[payload(i) for i in range(11)])
+    r.hset(keys.attempts, payload_digest(payload(8)), 1)  # a suspect stops the claim where it stands
+    assert q.claim(10, max_wait_s=0) == [payload(i) for i in range(8)]
+    assert moved[:3] == [3, 3, 2] and max(moved) <= 3  # one bounded call per step
+    assert q.claim(10, max_wait_s=0) == [payload(8)]  # and travels alone
+    assert q.claim(10, max_wait_s=0) == [payload(9), payload(10)]
+    assert r.llen(keys.inflight("w1")) == 11 and r.llen(keys.tickets) == 0
+
+
+def test_an_ack_releases_its_payloads_from_the_tail_oldest_first_whatever_order_it_is_given(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claim.lua puts the oldest payload at the in-flight list's tail: released oldest first from there,
+    each LREM finds its payload at once (from the head, each walked the whole list, inside the
+    transaction: quadratic in the drain). A repeated payload is released as often as it was claimed."""
+    n = 400
+    r.lpush(keys.tickets, *[payload(i) for i in range(n)], payload(0))
+    got = q.claim(n + 1, max_wait_s=0)
+    removed: list[tuple[int, bytes]] = []
+    lrem = redis.client.Pipeline.lrem
+
+    def spy(self: redis.client.Pipeline, name: str, count: int, value: bytes) -> object:
+        removed.append((count, value))
+        return lrem(self, name, count, value)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(redis.client.Pipeline, "lrem", spy)
+    done = [finished(raw) for raw in got[1:-1:2]][::-1]  # not the claim's order
+    bad = [Rejected(raw, DeadLetter("not wanted", raw, worker="w1")) for raw in got[0:-1:2]]
+    report = q.ack(done, [*bad, Rejected(got[-1], DeadLetter("again", got[-1], worker="w1"))])
+    assert len(report.written) == len(done) and len(report.dead) == len(bad) + 1
+    assert r.llen(keys.inflight("w1")) == 0
+    assert [count for count, _ in removed] == [-1] * (n + 1)
+    assert [value for _, value in removed] == sorted(got, key=got.index)  # the claim's order, oldest first
 
 
 def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys) -> None:

@@ -244,7 +244,7 @@ def _clean_keys(url: str, prefix: str) -> Iterator[None]:
     finally:
         stale = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if stale:
-            client.delete(*stale)
+            client.unlink(*stale)  # freed in the background: a big results hash does not block Redis
         client.close()
 
 
