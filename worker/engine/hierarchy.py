@@ -12,7 +12,8 @@ they are (no weight to tune), found by max-product over the tree (each question'
 label of the question above it, leaves first). Scores are the heads' own; ``confidence`` is the chosen
 label's probability, so an answer its head doubted still reads as doubtful and a review threshold still
 catches it. On Banking77 (docs/head.md, "A taxonomy: answers chosen together"), the team question gained
-4.5 to 9 points and the intent question moved by -0.5 to 0. Plain Python, no torch.
+4.5 to 9 points and the intent question moved by -0.5 to 0; with a middle level of 19 categories between
+them, the category gained 2.2 to 2.8 ("More levels: chains"). Plain Python, no torch.
 """
 
 from __future__ import annotations
