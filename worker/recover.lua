@@ -28,11 +28,17 @@ for i, p in ipairs(held) do
   end
 end
 local requeued, dead = 0, 0
+-- One death is one attempt of a payload, however many identical copies of it the worker held (a
+-- producer's retry can push the same bytes twice): counted once per digest, and every copy then goes
+-- the same way, each with the letter the caller built for it.
+local attempts = {}
 for i, p in ipairs(held) do
   local j = 4 + (i - 1) * 4
-  if redis.call('HINCRBY', KEYS[5], ARGV[j + 2], 1) >= tonumber(ARGV[2]) then
+  local d = ARGV[j + 2]
+  if attempts[d] == nil then attempts[d] = redis.call('HINCRBY', KEYS[5], d, 1) end
+  if attempts[d] >= tonumber(ARGV[2]) then
     redis.call('LPUSH', KEYS[6], ARGV[j + 4])
-    redis.call('HDEL', KEYS[5], ARGV[j + 2])
+    redis.call('HDEL', KEYS[5], d)
     dead = dead + 1
   else
     -- newest first onto the right end, so the oldest claim ends up rightmost: served next

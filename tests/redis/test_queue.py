@@ -216,6 +216,29 @@ def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys)
     assert r.llen(keys.tickets) == 0 and r.hlen(keys.attempts) == 0
 
 
+def test_copies_of_one_payload_held_by_a_dead_worker_are_one_attempt_and_each_gets_a_letter(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """A producer's retry may push the same bytes twice: a worker that dies holding three copies has
+    tried the payload once (not three times), and when it turns poison every copy gets the full letter
+    (before, the count crossed the limit part way and an empty letter was pushed for a copy)."""
+    twin = payload("twin")
+    r.lpush(keys.tickets, twin, twin, twin)
+    for death, claims in ((1, [[twin, twin, twin]]), (2, [[twin], [twin], [twin]])):
+        victim = RedisQueue(r, keys, f"victim{death}", max_attempts=2)
+        victim.beat({}, ttl_s=60)
+        assert [victim.claim(10, max_wait_s=0) for _ in claims] == claims  # suspects travel alone
+        r.delete(keys.heartbeat(f"victim{death}"))
+        (rec,) = RedisQueue(r, keys, "w1", max_attempts=2).recover()
+        if death == 1:
+            assert (rec.requeued, rec.dead) == (3, 0)
+            assert r.hget(keys.attempts, payload_digest(twin)) == b"1"
+    assert (rec.requeued, rec.dead) == (0, 3)
+    letters = [DeadLetter.from_json(raw) for raw in r.lrange(keys.dead, 0, -1)]
+    assert [(x.reason, x.id, x.payload) for x in letters] == [("poison: killed 2 workers", "ttwin", twin)] * 3
+    assert r.llen(keys.tickets) == 0 and r.hlen(keys.attempts) == 0
+
+
 def test_ack_clears_the_attempt_count(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:
     r.lpush(keys.tickets, payload(1))
     r.hset(keys.attempts, payload_digest(payload(1)), 2)
