@@ -206,12 +206,22 @@ def cluster_prefix(prefix: str) -> str:
     return "{" + prefix + "}"
 
 
+#: The payload keys the protocol owns: a ticket's ``fields`` may not use them (one would replace the id,
+#: the text or the stamp the ticket was pushed with).
+RESERVED_FIELDS = frozenset({"id", "text", "v", "enqueued_at"})
+SHOWN_VALUE_CHARS = 40  # a producer's value quoted in a reason is cut here (reasons reach logs)
+
+
 @dataclass(frozen=True)
 class Ticket:
     id: str
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
     enqueued_at: float | None = None  # unix seconds, stamped by the producer
+
+    def __post_init__(self) -> None:
+        if taken := sorted(RESERVED_FIELDS.intersection(self.fields)):
+            raise ValueError(f"fields may not use the protocol's keys {taken} (id, text, v, enqueued_at)")
 
     def to_json(self) -> str:
         stamp = {} if self.enqueued_at is None else {"enqueued_at": self.enqueued_at}
@@ -241,10 +251,11 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         raw = raw.encode("utf-8", "surrogatepass")
     obj = loads_strict(raw)
     if not isinstance(obj, dict):
-        raise BadTicket(f"not a JSON object: got {type(obj).__name__}")
+        raise BadTicket(f"not a JSON object: got {_type_name(obj)}")
     version = obj.pop("v", VERSION)
     if version != VERSION or isinstance(version, bool):
-        raise BadTicket(f"unsupported version: {version!r} (this worker speaks v{VERSION})")
+        shown = _cut(repr(version), SHOWN_VALUE_CHARS)  # a producer's value, quoted: bounded
+        raise BadTicket(f"unsupported version: {shown} (this worker speaks v{VERSION})")
     if "id" not in obj:
         raise BadTicket("missing field: id")
     ticket_id = obj.pop("id")
@@ -265,10 +276,11 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         raise BadTicket(f"wrong type: text must be a string, got {_type_name(body)}")
     if len(body) > MAX_TEXT_CHARS:
         raise BadTicket(f"text too long: {len(body)} characters > {MAX_TEXT_CHARS}")
+    # checked before the strip: str.strip() removes U+001C-001F and U+0085 too, which are refused
+    check_chars(body, "text", allowed=TEXT_CONTROLS)
     body = body.strip()
     if not body:
         raise BadTicket("empty field: text is empty or white space")
-    check_chars(body, "text", allowed=TEXT_CONTROLS)
     enqueued_at = obj.pop("enqueued_at", None)
     if enqueued_at is not None and (
         isinstance(enqueued_at, bool)

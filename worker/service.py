@@ -35,6 +35,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from producer.exitcodes import Exit
+from producer.protocol import MAX_REASON_CHARS
 from worker import review
 from worker.contract import Classifier
 from worker.engine.types import BatchStats
@@ -425,7 +426,8 @@ class Service:
 
     def _log_drain(self, claimed: list[bytes], verdict: Outcome, report: AckReport, seconds: float) -> None:
         for letter in report.dead:
-            self._log.warning("dead_letter", id=letter.id, reason=letter.reason)
+            # as the letter stores it: a reason may quote a producer's value
+            self._log.warning("dead_letter", id=letter.id, reason=letter.reason[:MAX_REASON_CHARS])
         fields: dict[str, Any] = {
             "claimed": len(claimed),
             "results": len(report.written),

@@ -63,6 +63,10 @@ BAD_INPUTS: list[tuple[bytes, str]] = [
     (b'{"id": "e1", "text": ""}', "empty field: text is empty or white space"),
     (b'{"id": "e2", "text": " \\t\\n "}', "empty field: text is empty or white space"),
     (b'{"id": "v1", "text": "x", "v": 2}', "unsupported version: 2 (this worker speaks v1)"),
+    (  # a producer's value is quoted bounded, in the letter and in the log
+        json.dumps({"id": "v2", "text": "x", "v": "A" * 60_000}).encode(),
+        "unsupported version: '" + "A" * 38 + "\u2026 (this worker speaks v1)",
+    ),
     (json.dumps({"id": "L" * 257, "text": "y"}).encode(), "id too long: 257 characters > 256"),
     (json.dumps({"id": "t1", "text": "y" * 16385}).encode(), "text too long: 16385 characters > 16384"),
     (b'{"id": "c1", "text": "ring \\u0007 bell"}', "control character U+0007 in text"),
@@ -145,6 +149,7 @@ def test_bad_inputs_each_end_dead_with_their_reason_and_the_worker_keeps_serving
     wait_for(lambda: r.hexists(KEYS.results, "after"), 10, "a ticket after the bad ones")
     assert len(events(worker, "dead_letter")) == expected_dead
     assert worker.log.stat().st_size < MB  # no payload is ever logged
+    assert max(len(json.dumps(e)) for e in events(worker, "dead_letter")) < 1024
     assert events(worker, "engine_error")
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0

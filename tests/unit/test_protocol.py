@@ -59,6 +59,9 @@ def test_ticket_to_json_round_trips() -> None:
         (b'{"id": "a", "text": "bell \\u0007"}', "control character U+0007"),
         (b'{"id": "a", "text": "del \\u007f"}', "control character U+007F"),
         (b'{"id": "a", "text": "half \\ud800 pair"}', "lone surrogate U+D800"),
+        (b'{"id": "a", "text": "\\u001c\\u001d edges \\u0085"}', "control character U+001C in text"),
+        (b"null", "not a JSON object: got null"),
+        (json.dumps({"id": "a", "text": "b", "v": "A" * 60_000}).encode(), "unsupported version: 'AAA"),
         (b"{" + b" " * MAX_PAYLOAD_BYTES + b"}", "payload too large"),
     ],
 )
@@ -66,6 +69,20 @@ def test_every_bad_input_has_its_reason(raw: bytes, reason: str) -> None:
     with pytest.raises(BadTicket) as info:
         decode_ticket(raw)
     assert info.value.reason.startswith(reason), info.value.reason
+
+
+def test_a_reason_quotes_a_producers_value_bounded() -> None:
+    with pytest.raises(BadTicket) as info:
+        decode_ticket(json.dumps({"id": "a", "text": "b", "v": {"k": "A" * 60_000}}))
+    assert len(info.value.reason) < 120 and info.value.reason.endswith("(this worker speaks v1)")
+
+
+def test_fields_may_not_replace_the_protocols_keys() -> None:
+    """A service passing a user's metadata as fields must not let it take another ticket's id or text."""
+    for key in ("id", "text", "v", "enqueued_at"):
+        with pytest.raises(ValueError, match=f"fields may not use the protocol's keys \\['{key}'\\]"):
+            Ticket("T-1", "charged twice", fields={key: "T-victim"})
+    assert decode_ticket(Ticket("T-1", "charged twice", fields={"ids": "x"}).to_json()).id == "T-1"
 
 
 def test_tab_newline_and_carriage_return_are_allowed() -> None:
