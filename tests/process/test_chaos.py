@@ -124,6 +124,7 @@ def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
     for _ in range(2):
         fleet.spawn()
     pushed: dict[str, bytes] = {}  # digest -> payload
+    copies: dict[str, int] = {}  # digest -> how many times those exact bytes were pushed
     good: set[str] = set()  # ids of valid tickets, which must all be labelled
     serial = 0
     began = time.monotonic()
@@ -149,7 +150,10 @@ def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
                 digest = hashlib.sha1(raw).hexdigest()
             if digest not in pushed and len(raw) <= MAX_PAYLOAD_BYTES:
                 pushed[digest] = raw
-                out.append(raw)
+                # some pushed again, the same bytes, as a producer's retry does: three copies held by a
+                # killed worker once counted three attempts (max-attempts) and lost one to an empty letter
+                copies[digest] = 3 if serial % 13 == 0 else 2 if serial % 7 == 0 else 1
+                out += [raw] * copies[digest]
         if out:
             r.lpush(keys.tickets, *out)
         if serial % 2000 < PER_EXAMPLE:  # now and then a worker dies mid-drain and a new one takes over
@@ -181,11 +185,30 @@ def test_any_payload_ends_in_exactly_one_place_and_no_worker_exits(
         letter = strict(raw)
         assert letter["reason"], letter
         ends[hashlib.sha1(DeadLetter.from_json(raw).payload).hexdigest()].append(str(letter["reason"]))
-    wrong = {pushed[d][:80]: e for d, e in ends.items() if len(e) != 1}
+
+    def settled(digest: str, end: list[str]) -> bool:
+        """Each push of a payload ends once: all its copies in one result (a copy again is a redelivery),
+        or each in a dead letter with its reason; or, rarely, a result and the other copy poisoned by
+        the kills."""
+        answered = [e for e in end if e.startswith("result ")]
+        letters = [e for e in end if not e.startswith("result ")]
+        if answered:
+            return (
+                len(answered) == 1
+                and len(letters) < copies[digest]
+                and all(e.startswith("poison") for e in letters)
+            )
+        return len(letters) == copies[digest]
+
+    wrong = {pushed[d][:80]: e for d, e in ends.items() if not settled(d, e)}
     assert not wrong, wrong  # each payload exactly once: a result or a dead letter with its reason
+    assert sum(c > 1 for c in copies.values()) > len(pushed) // 10  # copies were pushed
     assert good <= set(results)  # every valid ticket labelled
     assert all(Result.from_json(json.dumps(results[i])).label == "billing" for i in good)
     rate = len(pushed) / took
-    print(f"\nproperty test: {len(pushed)} payloads in {took:.1f} s ({rate:.0f} payloads/s)")
+    pushes = sum(copies.values())
+    print(
+        f"\nproperty test: {len(pushed)} payloads ({pushes} pushes) in {took:.1f} s ({rate:.0f} payloads/s)"
+    )
     assert len(pushed) >= PAYLOADS * 0.9  # duplicates drawn twice are pushed once
     r.close()
