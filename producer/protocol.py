@@ -299,7 +299,10 @@ def decode_ticket(raw: bytes | str) -> Ticket:
 
 
 def _is_answer(a: Any) -> bool:  # lenient, as Result.from_json is: a malformed answer is left out
-    return isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)
+    if not (isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)):
+        return False
+    numbers = [*a["scores"].values(), *([a["confidence"]] if a.get("confidence") is not None else [])]
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers)
 
 
 def _type_name(value: Any) -> str:
@@ -365,14 +368,54 @@ class Result:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Result:
-        obj = json.loads(raw)
+        """The result a worker wrote; ValueError (only) for anything else: not JSON, nested too deeply, a
+        field missing or of the wrong type. Results are read from a Redis that others can write to: a
+        reader that skips what this refuses never fails on a hand-edited record. A malformed answer is
+        left out, as an older worker's result has none."""
+        try:
+            obj = json.loads(raw)
+        except RecursionError:
+            raise ValueError("not a result: nested too deeply") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"not a result: a JSON {_type_name(obj)}")
+        for key, kinds in _RESULT_TYPES.items():
+            value = obj.get(key)
+            if (value is None and key not in _RESULT_NEEDS) or (
+                isinstance(value, kinds) and not isinstance(value, bool)
+            ):
+                continue
+            raise ValueError(f"not a result: {key} is {_type_name(value)}")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj["scores"].values()):
+            raise ValueError("not a result: a score is not a number")
         defaults = {"model": "", "digest": "", "fields": {}, "worker": "", "at": 0.0}
         optional = ("queued_s", "took_s", "method", "head", "confidence")  # None when absent
         given = {k: obj.get(k, v) for k, v in defaults.items()} | {k: obj.get(k) for k in optional}
-        answers = {k: a for k, a in (obj.get("answers") or {}).items() if _is_answer(a)}
+        answers = obj.get("answers")
+        answers = {k: a for k, a in answers.items() if _is_answer(a)} if isinstance(answers, dict) else {}
         return cls(
             obj["id"], obj["label"], obj["scores"], **given, review=obj.get("review") is True, answers=answers
         )
+
+
+_NUMBER = (int, float)
+# What each key of a result must be (bool is refused where a number is wanted); keys in _RESULT_NEEDS
+# must be present, the others may be absent or null.
+_RESULT_TYPES: dict[str, type | tuple[type, ...]] = {
+    "id": str,
+    "label": str,
+    "scores": dict,
+    "model": str,
+    "digest": str,
+    "fields": dict,
+    "worker": str,
+    "at": _NUMBER,
+    "queued_s": _NUMBER,
+    "took_s": _NUMBER,
+    "confidence": _NUMBER,
+    "method": str,
+    "head": str,
+}
+_RESULT_NEEDS = frozenset({"id", "label", "scores"})
 
 
 #: Most bytes a dead letter's payload takes as JSON-escaped text. A payload whose escaped form is longer

@@ -185,6 +185,11 @@ def dumps_strict(obj: Any) -> str:
     return out
 
 
+def digits(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes "²" and other digits that ``int`` refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
     for ch in value:
         code = ord(ch)

@@ -1,7 +1,8 @@
 """Sign-in and the actions: module-level POST handlers (and ``GET /login``) reading ``app.state``.
 
 Every refusal is a :class:`~producer.dashboard.security.Refused`, answered by the app's handler as a 4xx
-with a fixed text; no request value is echoed back.
+with a fixed text; no request value is echoed back. A correction the queue refuses (:class:`LabelError`)
+is a 422 naming what the signed-in operator sent, as text/plain.
 """
 
 from __future__ import annotations

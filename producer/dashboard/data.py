@@ -18,6 +18,7 @@ from typing import Any, cast
 from producer.client import Client, as_text
 from producer.learning import Correction
 from producer.protocol import DeadLetter, Result
+from producer.strictjson import digits
 
 PAGE_ROWS = 50  # results listed per page
 SCAN_ROWS = 1000  # index entries a filtered page looks through at most; "older" continues from there
@@ -63,7 +64,7 @@ class Cursor:
         """Raises ``ValueError`` on anything but ``<finite number>:<count under a million>``."""
         at_text, sep, skip_text = text.partition(":")
         at = float(at_text)
-        if not sep or not math.isfinite(at) or not skip_text.isdigit() or len(skip_text) > 6:
+        if not sep or not math.isfinite(at) or not digits(skip_text) or len(skip_text) > 6:
             raise ValueError("not a cursor")
         return cls(at, int(skip_text))
 

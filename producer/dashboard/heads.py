@@ -10,6 +10,7 @@ from typing import Any
 from producer.client import Client, as_text
 from producer.learning import head_metadata
 from producer.protocol import Result
+from producer.strictjson import digits
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def deciders(client: Client, results: list[Result]) -> list[Decider]:
         elif r.method == "head" and r.head and r.head in published:
             v = published[r.head]
             out.append(Decider("published", r.head, v.at, v.by))
-        elif r.method == "head" and r.head and r.head.isdigit():
+        elif r.method == "head" and r.head and digits(r.head):
             out.append(Decider("published", r.head))  # older than the publish history kept
         elif r.method == "head":
             out.append(Decider("own", r.head))
@@ -87,14 +88,14 @@ def head_info(client: Client) -> HeadInfo:
         pipe.hlen(keys.labels)
         (version_raw, at_raw), seq_raw, n_corrections = pipe.execute()
     version = as_text(version_raw) if version_raw is not None else None
-    last = int(seq_raw) if seq_raw is not None and as_text(seq_raw).isdigit() else 0
+    last = int(seq_raw) if seq_raw is not None and digits(as_text(seq_raw)) else 0
     training: dict[str, Any] = {}
     if version is not None:
         cache_key = (keys.prefix, version)
         if cache_key not in _HEAD_META:
             _HEAD_META[cache_key] = _training_metadata(client.redis.hget(keys.head, "data"))
         training = _HEAD_META[cache_key]
-    at = float(at_raw) if at_raw is not None and as_text(at_raw).replace(".", "", 1).isdigit() else None
+    at = float(at_raw) if at_raw is not None and digits(as_text(at_raw).replace(".", "", 1)) else None
     return HeadInfo(
         version=version, next_version=str(last + 1), at=at, training=training, corrections=int(n_corrections)
     )

@@ -19,6 +19,7 @@ from producer.dashboard import data, heads, overview
 from producer.dashboard.security import Refused
 from producer.dashboard.web import question_of, render, state
 from producer.protocol import MAX_ID_CHARS
+from producer.strictjson import digits
 
 MAX_PAGE = 1_000_000  # dead-letter pages: 50 million letters is past any real list
 
@@ -177,12 +178,12 @@ async def review_page(request: Request) -> Response:
 async def dead_page(request: Request) -> Response:
     st = state(request)
     page_text = request.query_params.get("page", "0")
-    if not page_text.isdigit() or int(page_text) > MAX_PAGE:
+    if not digits(page_text) or int(page_text) > MAX_PAGE:
         raise Refused(400, "page is a number")
     page = int(page_text)
     replayed = request.query_params.get("replayed", "")
     message = ""
-    if replayed.isdigit() and len(replayed) < 10:  # a count, never free text from the URL
+    if digits(replayed) and len(replayed) < 10:  # a count, never free text from the URL
         n = int(replayed)
         whose = " of that ticket" if request.query_params.get("one") else ""
         message = f"{n} dead letter{'' if n == 1 else 's'}{whose} requeued"

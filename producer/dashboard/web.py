@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import jinja2
 from starlette.requests import Request
@@ -23,6 +23,7 @@ from producer.client import Client, mask_url
 from producer.dashboard import overview
 from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 from producer.protocol import Keys
+from producer.strictjson import digits
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
@@ -76,8 +77,10 @@ def make_templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
     templates = Jinja2Templates(env=env)
     templates.env.filters["age"] = age
-    templates.env.filters["pct"] = lambda v: f"{100 * v:.0f}%"
+    templates.env.filters["pct"] = pct
     templates.env.filters["when"] = when
+    # a ticket id as one path segment: "/" and ".." escaped, so a link opens that ticket and no other page
+    templates.env.filters["segment"] = lambda v: quote(str(v), safe="")
     return templates
 
 
@@ -104,7 +107,7 @@ async def read_form(request: Request) -> dict[str, str]:
     if kind != "application/x-www-form-urlencoded":
         raise Refused(415, "send the form as application/x-www-form-urlencoded")
     length = request.headers.get("content-length", "0")
-    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+    if not digits(length) or int(length) > MAX_FORM_BYTES:
         raise Refused(413, f"form too large: at most {MAX_FORM_BYTES} bytes")
     body = bytearray()
     async for chunk in request.stream():
@@ -137,6 +140,13 @@ def question_of(value: str | None) -> str | None:
 def client_of(request: Request) -> str:
     """The address sign-in failures are counted against (the real client's, behind a trusted proxy)."""
     return request.client.host if request.client else "unknown"
+
+
+def pct(v: Any) -> str:
+    """A share as a whole percent; "–" for what is not a number (a head's metadata is anyone's JSON)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return "–"
+    return f"{100 * v:.0f}%"
 
 
 def when(t: float | None) -> str:

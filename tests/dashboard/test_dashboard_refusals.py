@@ -4,14 +4,18 @@ end, throttled guessing, and bad input answered 4xx (never 500, never echoed).""
 from __future__ import annotations
 
 import base64
+import json
 import re
+import time
 
 import pytest
+import redis
 from dashboard_seed import TOKEN, XSS, Seeded
 from starlette.testclient import TestClient
 
 from producer.dashboard.security import FAILURES_ALLOWED, Auth, Sessions, Throttle
-from producer.dashboard.web import MAX_FORM_BYTES
+from producer.dashboard.web import MAX_FORM_BYTES, pct
+from producer.protocol import Keys
 
 pytestmark = pytest.mark.redis
 
@@ -221,3 +225,54 @@ def test_query_values_are_not_echoed_as_text(make_app, seeded: Seeded) -> None:
         assert "EVIL" not in page and "2 dead letters of that ticket requeued" in page
         assert "EVIL" not in client.get("/dead", params={"replayed": "<i>EVIL</i>"}).text
         assert "EVIL" not in client.get("/results", params={"label": "EVIL-label"}).text
+
+
+HAND_WRITTEN = {  # results no worker wrote: each is skipped, never a 500 or a stalled overview
+    "H-answers": '{"id": "H-answers", "label": "billing", "scores": {"billing": 1.0}, "answers": [1]}',
+    "H-list": "[1, 2]",
+    "H-deep": "[" * 5000 + "]" * 5000,
+    "H-at": '{"id": "H-at", "label": "billing", "scores": {"billing": 1.0}, "at": "yesterday"}',
+    "H-scores": '{"id": "H-scores", "label": "billing", "scores": ["a"]}',
+    "H-score": '{"id": "H-score", "label": "billing", "scores": {"billing": "high"}}',
+    "H-label": '{"id": "H-label", "label": 5, "scores": {"billing": 1.0}}',
+    "H-queued": '{"id": "H-queued", "label": "billing", "scores": {"billing": 1.0}, "queued_s": "x"}',
+}
+
+
+def test_results_written_by_hand_are_skipped_and_no_page_fails(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    now = time.time()
+    for tid, raw in HAND_WRITTEN.items():
+        r.hset(keys.results, tid, raw)
+        r.zadd(keys.done, {tid: now})
+        r.zadd(keys.review, {tid: 0.1})
+    with TestClient(make_app()) as client:
+        deadline = time.monotonic() + 10
+        while client.get("/api/overview").status_code != 200:  # the sampler reads them every poll
+            assert time.monotonic() < deadline, client.get("/api/overview").text
+            time.sleep(0.2)
+        for path in ("/", "/results", "/review", *(f"/tickets/{tid}" for tid in HAND_WRITTEN)):
+            assert client.get(path).status_code in (200, 404), path
+        listed = client.get("/results").text
+        assert "T-1" in listed and "H-label" not in listed  # the good ones listed, a bad one skipped
+
+
+def test_a_ticket_link_is_one_path_segment_and_only_ascii_digits_are_numbers(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    tid = "x/../T-1"  # a valid id: as a raw path it would open T-1's page
+    raw = json.dumps({"id": tid, "label": "billing", "scores": {"billing": 1.0}, "at": time.time()})
+    r.hset(keys.results, tid, raw)
+    r.zadd(keys.done, {tid: time.time()})
+    with TestClient(make_app()) as client:
+        assert 'href="/tickets/x%2F..%2FT-1"' in client.get("/results").text
+        assert client.get("/dead?page=%C2%B2").status_code == 400  # "²".isdigit(), but not a number
+        replayed = client.get("/dead?replayed=%C2%B2")
+        assert replayed.status_code == 200 and "requeued" not in replayed.text
+    with TestClient(make_app(Auth(token=TOKEN))) as client:  # nothing about the Redis before sign-in
+        assert "redis://" not in client.get("/login").text
+
+
+def test_a_share_that_is_not_a_number_shows_as_a_dash() -> None:
+    assert (pct(0.934), pct("0.9"), pct(None), pct(True), pct(float("nan"))) == ("93%", "–", "–", "–", "–")
