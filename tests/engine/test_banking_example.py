@@ -87,6 +87,6 @@ def test_the_example_answers_team_and_intent_through_the_worker(
         assert result.label == want.label and result.label in engine.task.labels
         answer = result.answers["intent"]
         assert answer["label"] == want.answers["intent"].label and len(answer["scores"]) == 77
-        assert parents["intent"][answer["label"]] == result.label  # consistent
+        assert parents["intent"][1][answer["label"]] == result.label  # consistent
         assert answer["scores"] == pytest.approx(intent.scores, abs=1e-5)  # the intent head's own
         assert answer["head"] == engine.answer_heads["intent"].name
