@@ -541,6 +541,10 @@ class Client:
             raise ValueError("empty head")
         if len(data) > MAX_HEAD_BYTES:
             raise ValueError(f"head too large: {len(data)} bytes > {MAX_HEAD_BYTES}")
+        if question is not None:  # a typo would publish a head no worker ever loads
+            known = sorted(as_text(q) for q in self.redis.smembers(self.keys.questions))
+            if known and question not in known:
+                raise ValueError(f"the workers' task asks no question {question!r}; its questions: {known}")
         entry: dict[str, Any] = {
             "at": round(time.time(), 3),
             "bytes": len(data),
@@ -557,7 +561,7 @@ class Client:
         version, data = self.redis.hmget(self.keys.asking(question).head, ["version", "data"])
         if not isinstance(version, bytes) or not isinstance(data, bytes):
             return None
-        return version.decode(), data
+        return version.decode("utf-8", "replace"), data  # a version written by hand is still shown
 
     def head_versions(self, question: str | None = None) -> list[HeadVersion]:
         """The publish history, newest first (at most ``HEADS_KEPT``)."""
@@ -565,8 +569,8 @@ class Client:
         for raw in self.redis.lrange(self.keys.asking(question).heads, 0, -1):
             try:
                 out.append(HeadVersion.from_json(raw))
-            except (ValueError, KeyError, TypeError):
-                continue
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+                continue  # an entry no publish wrote
         return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -102,17 +103,29 @@ class HeadVersion:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> HeadVersion:
+        """ValueError (or KeyError, TypeError) for an entry no publish wrote; a time no clock reads is 0
+        and a gate whose accuracies are not numbers is left out, so listing the history never fails."""
         obj = json.loads(raw)
+        if not isinstance(obj, dict):
+            raise ValueError("a head version is a JSON object")
         at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
+        at = at if 0 <= at < 1e11 else 0.0  # 1e400 or -1 by hand: gmtime would raise
         gate = obj.get("gate")
+        numbers = ("candidate", "current")
+        if not isinstance(gate, dict) or not all(_number(gate.get(k)) for k in numbers if k in gate):
+            gate = None
         return cls(
             str(obj["version"]),
             at,
             size,
             sha,
             opt_str(obj.get("by")),
-            gate if isinstance(gate, dict) else None,
+            gate,
         )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def opt_str(value: Any) -> str | None:
@@ -123,6 +136,10 @@ def label_problem(ticket_id: str, label: str, by: str | None) -> str:
     """The script checks these too (for callers in other languages); checked here first for clear errors."""
     if not isinstance(ticket_id, str) or not ticket_id.strip():
         return "empty ticket id"
+    try:
+        ticket_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return "ticket id: not valid Unicode (a lone surrogate: bytes that are not UTF-8?)"
     if not isinstance(label, str) or not label.strip():
         return "empty label"
     for name, value, most in (("label", label, MAX_LABEL_BYTES), ("by", by or "", MAX_BY_BYTES)):

@@ -235,20 +235,23 @@ def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, 
     from worker.engine.head import Head, HeadError
     from worker.engine.training import cached_head
 
+    refused = ""
     if published is not None:
         version, data = published
         try:
             head = Head.from_bytes(data, version=version)
             head.check(engine.identity)
             return head, f"version {version}", False
-        except HeadError:
-            pass  # workers refuse it too (head_rejected) and keep their own head: compare with that
+        except HeadError as exc:
+            # Workers refuse it too (head_rejected): a worker started since serves the task's own head,
+            # one running since before keeps the last it loaded. Compare with the task's, and say so.
+            refused = f" (published version {version} is refused: {str(exc)[:200]})"
     task = engine.task
     if task.head:
-        return Head.load(task.head), "the task's head file", False
+        return Head.load(task.head), "the task's head file" + refused, False
     if task.head_data:
         head = cached_head(engine, task.head_data, auto_accuracy=task.auto_accuracy)  # the workers' own
-        return head, "the task's head (head_data)", True
+        return head, "the task's head (head_data)" + refused, True
     return None
 
 

@@ -56,12 +56,13 @@ class HeadWatch:
         out = []
         for q, version in zip(asked, versions, strict=True):
             seen = self.seen if q is None else self.seen_q.get(q)
-            if not isinstance(version, bytes) or version.decode() == seen:
+            # a version no publish wrote (not UTF-8, by hand) is still a change to look at, never a crash
+            if not isinstance(version, bytes) or version.decode("utf-8", "replace") == seen:
                 continue
             # Both fields in one read: a publish between two reads could pair a version with other bytes.
             version, data = self.redis.hmget(self.keys.asking(q).head, ["version", "data"])
             if isinstance(version, bytes) and isinstance(data, bytes):
-                out.append((q, version.decode(), data))
+                out.append((q, version.decode("utf-8", "replace"), data))
         return out
 
     def check(self) -> bool:

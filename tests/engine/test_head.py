@@ -139,6 +139,38 @@ def test_corrupt_heads_are_refused_in_one_line(head: Head, damage: object, tmp_p
     assert "\n" not in str(err.value) and str(path) in str(err.value)
 
 
+def _edited(head: Head, **meta: Any) -> bytes:
+    """``head``'s bytes with its metadata edited by hand (None: the key dropped)."""
+    import json
+
+    from safetensors.torch import save
+
+    from producer.learning import HEAD_META_KEY
+
+    edited = {k: v for k, v in {**head.meta(), **meta}.items() if v is not None}
+    return save({"weight": head.weight, "bias": head.bias}, metadata={HEAD_META_KEY: json.dumps(edited)})
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"hidden_size": None},
+        {"hidden_size": "abc"},
+        {"training": {"l2": "abc"}},
+        {"training": {"l2": -5}},
+        {"training": {"data": {"corrections": 5}}},
+        {"training": {"data": {"correction_weight": "x"}}},
+        {"training": {"data": [1]}},
+    ],
+)
+def test_a_head_whose_metadata_was_edited_by_hand_is_refused_as_a_head(head: Head, meta: Any) -> None:
+    """Once published to Redis a head's metadata is anyone's JSON: what train and the publish gate read
+    from it is checked where every reader loads it, so none of them fails on it (a KeyError in train)."""
+    with pytest.raises(HeadError, match=r"not a readable ticketq head|hidden size"):
+        Head.from_bytes(_edited(head, **meta), version="9")
+    assert Head.from_bytes(_edited(head, training={"l2": 0.01}), version="9").training == {"l2": 0.01}
+
+
 def test_safetensors_without_head_metadata_is_refused(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 

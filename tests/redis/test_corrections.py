@@ -530,3 +530,31 @@ def test_a_label_outside_a_trimmed_results_scores_is_a_correction_and_a_near_mis
         LabelError, match=r"unknown label parking \(labels: [^;]*\)$"
     ):  # nothing near: no hint
         client.label("T-8", "parking")
+
+
+def test_hand_written_head_records_stop_no_worker_and_no_command(
+    r: redis.Redis, keys: Keys, redis_url: str
+) -> None:
+    """P:head and P:heads are anyone's to write: a version that is not UTF-8 is a change the watch looks
+    at (the bytes are then refused), a history entry no publish wrote is skipped, a typo in a question's
+    name is refused once the workers have said which questions their task asks."""
+    classifier = AskingClassifier()
+    watch = HeadWatch(r, keys, classifier)
+    r.hset(keys.head, mapping={"version": b"\xff", "data": b"t1"})
+    assert watch.check() is True and classifier.head == (b"t1", "\ufffd")
+    client = Client(r, keys.prefix)
+    assert client.current_head() == ("\ufffd", b"t1")
+    r.rpush(
+        keys.heads, b"5", b"[1]", b"{", json.dumps({"version": "2", "at": 1e400, "gate": {"candidate": "x"}})
+    )
+    (entry,) = client.head_versions()
+    assert (entry.version, entry.at, entry.gate) == ("2", 0.0, None)
+    code, out, _ = run_producer_cli(redis_url, keys, "heads")  # the table: no traceback
+    assert code == 0 and out.splitlines()[1].split()[0] == "2"
+    r.sadd(keys.questions, "intent")
+    with pytest.raises(ValueError, match=r"asks no question 'intnet'; its questions: \['intent'\]"):
+        client.publish_head(b"i1", question="intnet")
+    assert not r.exists(keys.asking("intnet").head)
+    assert client.publish_head(b"i1", question="intent") == "1"
+    with pytest.raises(LabelError, match="ticket id: not valid Unicode"):
+        client.label("T-\udcff", "billing")

@@ -164,7 +164,7 @@ class Head:
 
         try:
             meta = head_metadata(bytes(data))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise HeadError(f"not a readable ticketq head: {_one_line(exc)}") from None
         try:
             tensors = load(bytes(data))
@@ -184,14 +184,15 @@ class Head:
                 temperature=float(meta.get("temperature", 1.0)),
                 review_below=None if meta.get("review_below") is None else float(meta["review_below"]),
             )
+            if head.hidden_size != int(meta["hidden_size"]):
+                raise HeadError(
+                    f"head says hidden size {meta['hidden_size']} but its weights have {head.hidden_size}"
+                )
+            _check_training(head.training)
         except HeadError:
             raise
         except Exception as exc:  # a corrupt file fails in many ways; all of them mean "not a head"
             raise HeadError(f"not a readable ticketq head: {type(exc).__name__}: {_one_line(exc)}") from None
-        if head.hidden_size != int(meta["hidden_size"]):
-            raise HeadError(
-                f"head says hidden size {meta['hidden_size']} but its weights have {head.hidden_size}"
-            )
         return head
 
     def save(self, path: str | Path) -> None:
@@ -270,6 +271,30 @@ class Head:
             "temperature": self.temperature,
             "review_below": self.review_below,
         }
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+
+
+def _check_training(training: dict[str, Any]) -> None:
+    """HeadError unless the training record's fields that ``train`` and the publish gate read are what
+    ``train`` writes: a head's metadata is anyone's JSON once it is published to Redis."""
+    if "l2" in training and training["l2"] is not None and not _positive(training["l2"]):
+        raise HeadError(f"not a readable ticketq head: training l2 is {training['l2']!r:.40}")
+    data = training.get("data")
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        raise HeadError("not a readable ticketq head: its training data record is not a table")
+    corrections = data.get("corrections")
+    if corrections is not None and not (
+        isinstance(corrections, list) and all(isinstance(c, str) for c in corrections)
+    ):
+        raise HeadError("not a readable ticketq head: its training corrections are not a list of ids")
+    weight = data.get("correction_weight")
+    if weight is not None and not _positive(weight):
+        raise HeadError(f"not a readable ticketq head: correction_weight is {weight!r:.40}")
 
 
 def _one_line(exc: BaseException) -> str:
