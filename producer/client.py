@@ -530,8 +530,12 @@ class Client:
         by: str | None = None,
         gate: dict[str, Any] | None = None,
         question: str | None = None,
+        replacing: str | None = None,
     ) -> str:
         """Store a head file's bytes as the current head, versioned; returns the new version.
+
+        ``replacing``: the version this head was judged against ("" for none); if another one is current
+        by then (published meanwhile), :class:`HeadChanged` and nothing changes. None: unconditional.
 
         Workers check the version before every claim and load the new head at their next drain. The
         bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
@@ -553,7 +557,14 @@ class Client:
         entry |= {k: v for k, v in (("by", by), ("gate", gate)) if v}
         qk = self.keys.asking(question)  # a further question's heads have keys and versions of their own
         keys = [qk.head_seq, qk.head, qk.heads]
-        out = self._publish(keys=keys, args=[data, json.dumps(entry), HEADS_KEPT])
+        args: list[Any] = [data, json.dumps(entry), HEADS_KEPT]
+        out = self._publish(keys=keys, args=args if replacing is None else [*args, replacing])
+        if isinstance(out, list):
+            now = as_text(out[1]) or "none"
+            raise HeadChanged(
+                f"the published head changed meanwhile (version {now} is current now, not "
+                f"{replacing or 'none'}): train again to judge the new head against it"
+            )
         return out.decode() if isinstance(out, bytes) else str(out)
 
     def current_head(self, question: str | None = None) -> tuple[str, bytes] | None:
@@ -572,6 +583,10 @@ class Client:
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 continue  # an entry no publish wrote
         return out
+
+
+class HeadChanged(ValueError):
+    """A head was judged against one published version and another is current by the time it is published."""
 
 
 def _json_object(raw: bytes | None) -> dict[str, Any]:

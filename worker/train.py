@@ -327,7 +327,10 @@ def run(ns: argparse.Namespace) -> int:
             )
         try:
             gate = comparison.summary() if comparison is not None else None
-            version = redis_client.publish_head(head.to_bytes(), by=store.by, gate=gate, question=question)
+            judged = published[0] if published is not None else ""  # what the gate compared with
+            version = redis_client.publish_head(
+                head.to_bytes(), by=store.by, gate=gate, question=question, replacing=judged
+            )
         except redis.RedisError as exc:
             return fail(f"cannot publish the head: {type(exc).__name__}: {exc}", for_redis_error(exc))
         except ValueError as exc:

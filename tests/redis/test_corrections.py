@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from support import FakeClassifier, finished, need_binary, run_producer_cli
 
 import producer.client as client_mod
-from producer.client import Client, LabelError
+from producer.client import Client, HeadChanged, LabelError
 from producer.learning import LABEL_SCRIPT
 from producer.protocol import Keys, Result, Ticket
 from worker.connection import connect
@@ -558,3 +558,19 @@ def test_hand_written_head_records_stop_no_worker_and_no_command(
     assert client.publish_head(b"i1", question="intent") == "1"
     with pytest.raises(LabelError, match="ticket id: not valid Unicode"):
         client.label("T-\udcff", "billing")
+
+
+def test_a_head_judged_against_one_version_does_not_replace_another_published_meanwhile(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """train --publish names the version its gate compared with: a head published while it trained is
+    not replaced unjudged (the script compares and sets in one step)."""
+    client = Client(r, keys.prefix)
+    assert client.publish_head(b"a", replacing="") == "1"
+    assert client.publish_head(b"b") == "2"  # meanwhile, by hand
+    with pytest.raises(HeadChanged, match=r"version 2 is current now, not 1\)"):
+        client.publish_head(b"c", replacing="1")
+    assert client.current_head() == ("2", b"b") and len(client.head_versions()) == 2
+    assert client.publish_head(b"c", replacing="2") == "3"
+    with pytest.raises(HeadChanged, match=r"version 3 is current now, not none\)"):
+        client.publish_head(b"d", replacing="")
