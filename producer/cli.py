@@ -13,12 +13,14 @@ every ticket).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import redis
@@ -174,11 +176,17 @@ def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict
     """Every ticket in the input (see :mod:`producer.files`), validated by the protocol's own rules;
     :class:`FileError` names the first bad line."""
     tickets = []
+    where = f"{name}: " if name else ""
+    first: dict[str, int] = {}  # id -> the line it was first given on
     for line, row in parse(stream.read(), fmt, name):
         try:
             encode(row)
         except BadTicket as exc:
-            raise FileError(f"line {line}: {exc.reason}") from None
+            raise FileError(f"{where}line {line}: {exc.reason}") from None
+        tid = str(row["id"])
+        if tid in first:  # pushed, it would end as a result and a "duplicate id" dead letter
+            raise FileError(f"{where}line {line}: id {tid!r:.80} repeats line {first[tid]}")
+        first[tid] = line
         tickets.append(row)
     return tickets
 
@@ -188,8 +196,16 @@ def cmd_push(client: Client, args: argparse.Namespace) -> int:
     if args.file == "-":
         tickets = read_tickets(sys.stdin, opts.format)
     else:
-        with open(args.file, encoding="utf-8", newline="") as f:
-            tickets = read_tickets(f, opts.format, args.file)
+        try:
+            raw = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise FileError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise FileError(f"{args.file}: line {line}: not UTF-8 (byte {exc.start})") from None
+        tickets = read_tickets(io.StringIO(text, newline=""), opts.format, args.file)
     if not opts.wait:
         print(f"pushed {len(client.push(tickets))} tickets", file=sys.stderr)
         return 0

@@ -23,7 +23,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,7 @@ def _jsonl(text: str, where: str) -> list[Row]:
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_no_repeats)
         except RecursionError:
             raise FileError(f"{where}line {line}: nested too deeply") from None
         except ValueError as exc:
@@ -85,6 +87,16 @@ def _jsonl(text: str, where: str) -> list[Row]:
             raise FileError(f"{where}line {line}: not a JSON object")
         rows.append((line, obj))
     return rows
+
+
+def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: ``{"text": "a", "text": "b"}`` is refused, not read as
+    its last value (the wire protocol refuses it too)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        twice = next(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        raise ValueError(f"duplicate key {twice!r}")
+    return obj
 
 
 def _clip(header: Sequence[str], most: int = 200) -> str:
@@ -98,6 +110,8 @@ def _csv(text: str, where: str, columns: tuple[str, ...]) -> list[Row]:
         header = reader.fieldnames or []
     except csv.Error as exc:
         raise FileError(f"{where}line {reader.line_num + 1}: {exc}") from None
+    if twice := sorted({c for c in header if header.count(c) > 1}):
+        raise FileError(f"{where}the CSV header names {twice} more than once (it has {_clip(header)})")
     if missing := [c for c in columns if c not in header]:
         needs = " and ".join(columns) + (" columns" if len(columns) > 1 else " column")
         raise FileError(f"{where}the CSV header needs {needs}; missing {missing} (it has {_clip(header)})")
@@ -114,3 +128,44 @@ def _csv(text: str, where: str, columns: tuple[str, ...]) -> list[Row]:
             raise FileError(f"{where}line {start}: a quote opened in this row is never closed") from None
         raise FileError(f"{where}line {start}: {exc}") from None
     return rows
+
+
+@dataclass(frozen=True)
+class Item:
+    """A ticket of a file to train, score or time on (``worker.bench.data.read_items``, a task's
+    ``head_data``): its ``label`` when the file has one."""
+
+    id: str
+    text: str
+    label: str | None = None  # the expected class, when the file has one
+
+
+ITEM_COLUMNS = ("text",)  # what a CSV of tickets to train, score or time on must name (id optional)
+
+
+def items_of(rows: Sequence[tuple[int, dict[str, object]]], path: str | Path) -> list[Item]:
+    """The items of rows read by :func:`parse` with :data:`ITEM_COLUMNS`: texts non-empty, ids non-empty
+    where given (surrounding space dropped) and unique; a row with no ``id`` is named by its line."""
+    items = [_item(f"{path}: line {line}", row, f"line {line}") for line, row in rows]
+    if not items:
+        raise FileError(f"{path}: no tickets")
+    seen: set[str] = set()
+    for it in items:
+        if it.id in seen:  # results are keyed by id: a repeat would be dead-lettered end to end
+            raise FileError(f"{path}: duplicate id {it.id!r}")
+        seen.add(it.id)
+    return items
+
+
+def _item(where: str, row: dict[str, object], line: str) -> Item:
+    tid, text, label = row.get("id", line), row.get("text"), row.get("label")
+    for name, value in (("id", tid), ("text", text)):
+        if value is not None and not isinstance(value, str):
+            raise FileError(f"{where}: {name} must be a string, got {type(value).__name__}")
+    if not isinstance(tid, str) or not tid.strip():
+        raise FileError(f"{where}: missing or empty id")
+    if not isinstance(text, str) or not text.strip():
+        raise FileError(f"{where}: missing or empty text")
+    if label is not None and not isinstance(label, str):
+        raise FileError(f"{where}: label must be a string")
+    return Item(tid.strip(), text.strip(), label.strip() if label else None)

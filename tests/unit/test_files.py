@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from producer.cli import read_tickets
-from producer.files import FileError, parse, read_file
+from producer.files import ITEM_COLUMNS, FileError, items_of, parse, read_file
 from worker.bench.data import read_items
 
 
@@ -93,3 +93,20 @@ def test_a_quote_never_closed_is_an_error_at_its_row_not_every_later_row_read_as
         (2, {"id": "a", "text": 'x"y'}),
         (3, {"id": "b", "text": 'fine, "quoted"'}),
     ]
+
+
+def test_a_repeated_csv_column_or_json_key_is_refused_not_read_as_its_last_value() -> None:
+    with pytest.raises(FileError, match=r"the CSV header names \['label'\] more than once"):
+        parse("text,label,id,label\nhello,a,1,b\n", "csv", "x.csv")
+    with pytest.raises(FileError, match=r"line 2: not JSON: duplicate key 'text'"):
+        parse('{"id": "1", "text": "a"}\n{"id": "2", "text": "a", "text": "b"}\n', "jsonl", "x.jsonl")
+
+
+def test_a_tasks_training_file_is_read_as_train_reads_its_tickets() -> None:
+    """head_data: id optional (a spreadsheet's text,label), texts non-empty, ids unique."""
+    rows = items_of(parse("text,label\n hello ,a\nbye,b\n", "csv", "d.csv", columns=ITEM_COLUMNS), "d.csv")
+    assert [(it.id, it.text, it.label) for it in rows] == [("line 2", "hello", "a"), ("line 3", "bye", "b")]
+    with pytest.raises(FileError, match=r"d.csv: line 3: missing or empty text"):
+        items_of(parse("text,label\nhello,a\n ,b\n", "csv", "d.csv", columns=ITEM_COLUMNS), "d.csv")
+    with pytest.raises(FileError, match=r"d.csv: duplicate id '7'"):
+        items_of(parse("id,text,label\n7,a,x\n7,b,y\n", "csv", "d.csv", columns=ITEM_COLUMNS), "d.csv")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import fakeredis
 import pytest
 from support import run_producer_cli as run_cli
 
 from producer.client import Client
+from producer.exitcodes import Exit
 from producer.protocol import BadTicket, DeadLetter, Keys, Ticket
 
 
@@ -55,3 +57,17 @@ def test_wait_finds_tickets_that_died_before_it_began(fake_redis: fakeredis.Fake
 def test_an_unreachable_redis_is_one_line_and_exit_3(keys: Keys) -> None:
     code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "stats")
     assert code == 3 and "cannot reach Redis" in err
+
+
+def test_push_refuses_a_file_it_cannot_read_or_whose_ids_repeat(tmp_path: Path) -> None:
+    keys = Keys("p")
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", str(tmp_path / "nope.csv"))
+    assert code == Exit.CONFIG and "nope.csv: cannot read: No such file or directory" in err
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("id,text\nA1,ok\nA2,caf\xe9\n".encode("latin-1"))
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", str(latin))
+    assert code == Exit.CONFIG and "latin.csv: line 3: not UTF-8" in err
+    twice = tmp_path / "twice.csv"
+    twice.write_text("id,text\nA1,hello\nA2,hi\nA1,again\n")
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", str(twice))
+    assert code == Exit.CONFIG and "twice.csv: line 4: id 'A1' repeats line 2" in err

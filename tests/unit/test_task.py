@@ -204,3 +204,47 @@ def test_balance_is_read_per_question_and_without_a_key_follows_how_uneven_the_l
 def test_bad_learning_keys_are_refused_with_the_reason(data: dict, message: str) -> None:
     with pytest.raises(TaskError, match=message):
         Task.from_dict({"labels": ["p", "q"]} | data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"labels": "spam"}, r"labels must be a list of text"),  # not read as four labels s, p, a, m
+        ({"labels": {"a": 1, "b": 2}}, r"labels must be a list of text"),
+        ({"labels": ["a", 5]}, r"labels must be a list of text"),
+        ({"labels": ["a", "b"], "calibrate": "false"}, r"calibrate must be true or false"),  # bool("false")
+        ({"labels": ["a", "b"], "head_dta": "x.csv"}, r"unknown keys \['head_dta'\]"),
+        ({"labels": ["a", "b"], "head": 5}, r"head must be a file name"),
+        ({"labels": ["a", "b"], "head_data": ["x.csv"]}, r"head_data must be a file name"),
+        ({"labels": ["a", "b"], "route_handler": 5}, r"route_handler must be a dotted path"),
+        ({"labels": ["a", "b"], "routes": "a"}, r"routes must be a table"),
+        ({"labels": ["a", "b"], "routes": {"a": 5}}, r"routes must be a table"),
+        (
+            {"labels": ["a", "b"], "examples": [{"text": 5, "label": "a"}]},
+            r"example 1: text and label must be",
+        ),
+        ({"labels": ["a", "b"], "examples": [{"text": "t", "label": "a", "head_data": "x"}]}, r"example 1"),
+        ({"labels": ["a", "b"], "name": ["x"]}, r"name must be text"),
+        ({"labels": ["a", "b"], "questions": {"q": {"labels": ["x", "y"], "head": 5}}}, r"head must be"),
+        ({"labels": ["a", "b"], "questions": {"q": {"labels": "xy"}}}, r"'q': labels must be a list"),
+        ({}, r"a task needs labels"),
+    ],
+)
+def test_every_key_of_the_wrong_shape_is_refused_never_read_as_something_else(
+    data: dict, message: str
+) -> None:
+    with pytest.raises(TaskError, match=message):
+        Task.from_dict(data)
+
+
+def test_a_task_file_that_cannot_be_read_is_one_line_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match=f"task file {tmp_path}: Is a directory"):
+        load_task(tmp_path)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes('labels = ["caf\xe9", "b"]'.encode("latin-1"))
+    with pytest.raises(TaskError, match=r"latin.toml is not UTF-8: byte 14"):
+        load_task(latin)
+    typo = tmp_path / "typo.toml"
+    typo.write_text('labels = ["a", "b"]\nhead_dta = "x.csv"\n')
+    with pytest.raises(TaskError, match=r"task file .*typo.toml: unknown keys \['head_dta'\]"):
+        load_task(typo)

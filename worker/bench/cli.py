@@ -151,7 +151,7 @@ def run(ns: argparse.Namespace) -> int:
         )
     except (ModelError, TaskError) as exc:
         print(f"ticketq-worker bench: {exc}", file=sys.stderr)
-        return Exit.FAILED
+        return Exit.CONFIG if isinstance(exc, TaskError) else Exit.FAILED  # as the other commands
     if decision is not None:
         how = "read from the cache" if decision.cached else f"measured in {decision.seconds:.1f} s"
         notes.append(f"dtype auto chose {decision.chosen} ({how}): {decision.reason}")

@@ -56,6 +56,29 @@ QUESTION_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 ROUTE_SEP = ":"  # a route "intent:lost_card" is the label lost_card of the question intent
 
 
+# The keys a task file may have at its top level; anything else is refused as a typo.
+TASK_KEYS = (
+    "name",
+    "labels",
+    "instructions",
+    "examples",
+    "question",
+    "calibrate",
+    "routes",
+    "route_handler",
+    "head",
+    "head_data",
+    "review_below",
+    "auto_accuracy",
+    "questions",
+    "recipe",
+    "zero_shot_temperature",
+    "label_names",
+    "unlabeled_data",
+    "balance",
+)
+
+
 # The keys a [questions.NAME] table may have; anything else is refused as a typo.
 QUESTION_KEYS = (
     "labels",
@@ -289,29 +312,73 @@ class Task:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Task:
+        """A task from its file's table; TaskError naming the key for anything but what the keys take (a
+        misspelt key is refused, not ignored: it would leave the task quietly without what it says)."""
+        unknown = sorted(set(data) - set(TASK_KEYS))
+        if unknown:
+            raise TaskError(f"unknown keys {unknown}; a task's keys are {', '.join(TASK_KEYS)}")
+        if "labels" not in data:
+            raise TaskError("a task needs labels = [...]")
+        routes = data.get("routes", {})
+        if not isinstance(routes, dict) or not all(isinstance(v, str) for v in routes.values()):
+            raise TaskError('routes must be a table of label = "queue name"')
         try:
-            return cls(
-                name=str(data.get("name", "task")),
-                labels=tuple(data["labels"]),
-                instructions=str(data.get("instructions", "")).strip(),
-                examples=tuple(Example(text=e["text"], label=e["label"]) for e in data.get("examples", [])),
-                question=str(data.get("question", "")).strip(),
-                calibrate=bool(data.get("calibrate", True)),
-                routes=dict(data.get("routes", {})),
-                route_handler=data.get("route_handler"),
-                head=data.get("head"),
-                head_data=data.get("head_data"),
-                review_below=_probability(data, "review_below"),
-                auto_accuracy=_probability(data, "auto_accuracy"),
-                questions=_questions(data.get("questions", {})),
-                recipe=_recipe(data.get("recipe"), ""),
-                zero_shot_temperature=_number(data, "zero_shot_temperature", 1.0),
-                label_names=_flag(data, "label_names", ""),
-                unlabeled_data=_text(data, "unlabeled_data", ""),
-                balance=_flag(data, "balance", ""),
-            )
-        except (KeyError, TypeError) as exc:
+            return cls._from(data, routes)
+        except (KeyError, TypeError, AttributeError) as exc:  # a shape no check above foresaw
             raise TaskError(f"malformed task: {exc!r}") from None
+
+    @classmethod
+    def _from(cls, data: dict[str, Any], routes: dict[str, str]) -> Task:
+        return cls(
+            name=_string(data, "name", "task"),
+            labels=_labels(data["labels"], "the task's labels"),
+            instructions=_string(data, "instructions", "").strip(),
+            examples=_examples(data.get("examples", [])),
+            question=_string(data, "question", "").strip(),
+            calibrate=_flag(data, "calibrate", "") is not False,
+            routes=dict(routes),
+            route_handler=_text(data, "route_handler", "", "a dotted path to a function"),
+            head=_text(data, "head", ""),
+            head_data=_text(data, "head_data", ""),
+            review_below=_probability(data, "review_below"),
+            auto_accuracy=_probability(data, "auto_accuracy"),
+            questions=_questions(data.get("questions", {})),
+            recipe=_recipe(data.get("recipe"), ""),
+            zero_shot_temperature=_number(data, "zero_shot_temperature", 1.0),
+            label_names=_flag(data, "label_names", ""),
+            unlabeled_data=_text(data, "unlabeled_data", ""),
+            balance=_flag(data, "balance", ""),
+        )
+
+
+def _string(data: dict[str, Any], name: str, default: str) -> str:
+    value = data.get(name, default)
+    if not isinstance(value, str):
+        raise TaskError(f"{name} must be text, got {value!r:.60}")
+    return value
+
+
+def _labels(value: Any, what: str) -> tuple[str, ...]:
+    """A list of labels as written (check_labels judges them); a string or a table is refused, not read
+    as its letters or keys."""
+    if not isinstance(value, list) or not all(isinstance(label, str) for label in value):
+        raise TaskError(f'{what} must be a list of text, like ["billing", "technical"]; got {value!r:.60}')
+    return tuple(value)
+
+
+def _examples(value: Any) -> tuple[Example, ...]:
+    """``[[examples]]`` tables, each with a text and a label and nothing else."""
+    if not isinstance(value, list):
+        raise TaskError("examples must be [[examples]] tables, each with text and label")
+    out = []
+    for n, e in enumerate(value, 1):
+        if not isinstance(e, dict) or set(e) != {"text", "label"}:
+            keys = sorted(e) if isinstance(e, dict) else type(e).__name__
+            raise TaskError(f"example {n}: needs text and label, and nothing else; got {keys}")
+        if not isinstance(e["text"], str) or not isinstance(e["label"], str):
+            raise TaskError(f"example {n}: text and label must be text")
+        out.append(Example(text=e["text"], label=e["label"]))
+    return tuple(out)
 
 
 def _probability(data: dict[str, Any], name: str) -> float | None:
@@ -389,10 +456,10 @@ def _flag(data: dict[str, Any], name: str, where: str) -> bool | None:
     return value
 
 
-def _text(data: dict[str, Any], name: str, where: str) -> str | None:
+def _text(data: dict[str, Any], name: str, where: str, kind: str = "a file name") -> str | None:
     value = data.get(name)
     if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise TaskError(f"{where}{name} must be a file name, got {value!r}")
+        raise TaskError(f"{where}{name} must be {kind}, got {value!r:.60}")
     return value
 
 
@@ -413,14 +480,13 @@ def _questions(table: Any) -> tuple[Question, ...]:
         unknown = sorted(set(q) - set(QUESTION_KEYS))
         if unknown:
             raise TaskError(f"question {name!r}: unknown keys {unknown}; use {', '.join(QUESTION_KEYS)}")
-        if not isinstance(q["labels"], list):
-            raise TaskError(f"question {name!r}: labels must be a list")
+        where = f"question {name!r}: "
         out.append(
             Question(
                 name,
-                tuple(q["labels"]),
-                q.get("head"),
-                q.get("head_data"),
+                _labels(q["labels"], f"question {name!r}: labels"),
+                _text(q, "head", where),
+                _text(q, "head_data", where),
                 review_below=_probability(q, "review_below"),
                 auto_accuracy=_probability(q, "auto_accuracy"),
                 recipe=_recipe(q.get("recipe"), f"question {name!r}: "),
@@ -452,7 +518,14 @@ def load_task(path: str | Path | None = None) -> Task:
         raise TaskError(f"task file not found: {p}") from None
     except tomllib.TOMLDecodeError as exc:
         raise TaskError(f"task file {p} is not valid TOML: {exc}") from None
-    task = Task.from_dict(data)
+    except UnicodeDecodeError as exc:
+        raise TaskError(f"task file {p} is not UTF-8: byte {exc.start}") from None
+    except OSError as exc:
+        raise TaskError(f"task file {p}: {exc.strerror or exc}") from None
+    try:
+        task = Task.from_dict(data)
+    except TaskError as exc:
+        raise TaskError(f"task file {p}: {exc}") from None
     # Files a task names are relative to the task file, so a task and its head travel together.
     return replace(
         task,

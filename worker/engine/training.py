@@ -337,15 +337,19 @@ def _version() -> str:
 
 
 def _rows(raw: bytes, name: str) -> list[dict[str, Any]]:
-    """The rows of a tickets file the task names; one line (TrainingError) when they cannot be read."""
-    from producer.files import FileError, parse
+    """The rows of a tickets file the task names, read and checked as ``train --tickets`` reads its file
+    (:func:`worker.bench.data.read_items`: id optional, texts non-empty, ids unique); one line
+    (TrainingError) when they cannot be used."""
+    from producer.files import ITEM_COLUMNS, FileError, items_of, parse
 
     try:
-        return [row for _, row in parse(raw.decode("utf-8"), name=name)]
+        items = items_of(parse(raw.decode("utf-8"), name=name, columns=ITEM_COLUMNS), name)
     except FileError as exc:  # its message names the file and the line
         raise TrainingError(str(exc)) from None
     except UnicodeDecodeError as exc:
-        raise TrainingError(f"{name}: cannot read: {exc}") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise TrainingError(f"{name}: line {line}: not UTF-8 (byte {exc.start})") from None
+    return [{"id": it.id, "text": it.text, "label": it.label or ""} for it in items]
 
 
 def extras_features(
