@@ -539,7 +539,8 @@ class Client:
 
         Workers check the version before every claim and load the new head at their next drain. The
         bytes are not checked here (the producer side cannot read a head): a worker refuses a corrupt or
-        mismatched head, logs ``head_rejected`` and keeps the one it has. ``gate`` goes in ``P:heads``.
+        mismatched head, logs ``head_rejected`` and keeps the one it has, or, started since, serves the last
+        good one (``P:head:good``), as the running workers do. ``gate`` goes in ``P:heads``.
         """
         if not data:
             raise ValueError("empty head")
@@ -573,6 +574,19 @@ class Client:
         if not isinstance(version, bytes) or not isinstance(data, bytes):
             return None
         return version.decode("utf-8", "replace"), data  # a version written by hand is still shown
+
+    def last_good_head(self, question: str | None = None) -> tuple[str, bytes] | None:
+        """(version, bytes) of the newest published head a worker loaded (``P:head:good``): what workers
+        serve while they refuse the current one; ``None`` when no worker has loaded one."""
+        try:
+            version, data = self.redis.hmget(self.keys.asking(question).head_good, ["version", "data"])
+        except redis.ResponseError as exc:  # a key no worker wrote: no last good head
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return None
+        if not isinstance(version, bytes) or not isinstance(data, bytes):
+            return None
+        return version.decode("utf-8", "replace"), data
 
     def head_versions(self, question: str | None = None) -> list[HeadVersion]:
         """The publish history, newest first (at most ``HEADS_KEPT``)."""

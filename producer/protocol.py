@@ -47,13 +47,18 @@ key                        type    what                                         
                                    label.lua checks a correction for NAME against it.
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
+``P:head:good``            hash    version, data: the newest published head a worker loaded      replaced
+                                   (``keep_head.lua``): a worker that refuses ``P:head`` serves
+                                   this one, as the workers running since before it was
+                                   published still do, not its task's own head.
 ``P:review``               zset    ids of ``"review": true`` results scored by margin (top      labelled,
                                    probability minus the runner-up's, :func:`review_margin`;    trimmed
                                    smallest first); labelling, trim or ``MAX_REVIEW`` (largest
                                    margins go first) remove ids.
-``P:q:<NAME>:labels``      hash    as ``P:labels``, ``P:head``, ``P:heads`` and ``P:head:seq``,  as those
-``P:q:<NAME>:head`` ...            for a task's further question NAME (``[questions.NAME]``):
-                                   its corrections and its published heads, one per question.
+``P:q:<NAME>:labels``      hash    as ``P:labels``, ``P:head``, ``P:heads``, ``P:head:seq`` and  as those
+``P:q:<NAME>:head`` ...            ``P:head:good``, for a task's further question NAME
+                                   (``[questions.NAME]``): its corrections and its published
+                                   heads, one per question.
 ``P:q:<NAME>:review``      zset    as ``P:review``, for question NAME: ids whose answer          labelled
                                    ``answers.NAME`` carries ``"review": true``, scored by that  for NAME,
                                    answer's margin; labelling the ticket for that question      trimmed
@@ -176,12 +181,16 @@ class Keys:
         return f"{self.prefix}:head:seq"
 
     @property
+    def head_good(self) -> str:
+        return f"{self.prefix}:head:good"
+
+    @property
     def review(self) -> str:
         return f"{self.prefix}:review"
 
     def asking(self, question: str | None) -> Keys:
-        """Keys whose ``labels``, ``labelset``, ``head``, ``heads``, ``head_seq``, ``review`` are
-        ``question``'s (None: these)."""
+        """Keys whose ``labels``, ``labelset``, ``head``, ``heads``, ``head_seq``, ``head_good``,
+        ``review`` are ``question``'s (None: these)."""
         if question is not None and (not question or ":" in question):
             raise ValueError(f"question name {question!r}: non-empty, without ':'")
         return self if question is None else Keys(f"{self.prefix}:q:{question}")

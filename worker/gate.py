@@ -228,10 +228,13 @@ class InUse:
     weights: list[float] | None = None
 
 
-def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | None:
+def head_in_use(
+    engine: Any, published: tuple[str, bytes] | None, good: tuple[str, bytes] | None = None
+) -> tuple[Any, str, bool] | None:
     """(head, name, from_head_data) the workers decide with: the published head (``P:head``) when it fits
-    this engine, else the task's own (its ``head`` file, or the one trained from its ``head_data``, which
-    ``from_head_data`` says); None: zero-shot."""
+    this engine, else the last good one (``P:head:good``, ``good``) when it does, else the task's own (its
+    ``head`` file, or the one trained from its ``head_data``, which ``from_head_data`` says); None:
+    zero-shot."""
     from worker.engine.head import Head, HeadError
     from worker.engine.training import cached_head
 
@@ -243,9 +246,16 @@ def head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, 
             head.check(engine.identity)
             return head, f"version {version}", False
         except HeadError as exc:
-            # Workers refuse it too (head_rejected): a worker started since serves the task's own head,
-            # one running since before keeps the last it loaded. Compare with the task's, and say so.
+            # Workers refuse it too (head_rejected) and serve the last good head (worker.headwatch):
+            # compare with that one, else with the task's, and say so.
             refused = f" (published version {version} is refused: {str(exc)[:200]})"
+        if good is not None and good[0] != version:
+            try:
+                head = Head.from_bytes(good[1], version=good[0])
+                head.check(engine.identity)
+                return head, f"version {good[0]}, the last good head" + refused, False
+            except HeadError:
+                pass
     task = engine.task
     if task.head:
         return Head.load(task.head), "the task's head file" + refused, False

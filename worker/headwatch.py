@@ -8,6 +8,11 @@ the head it has. Loading happens between drains, so every result of a drain come
 
 A task's further questions (``[questions.NAME]``) have published heads of their own (``P:q:NAME:head``,
 :meth:`producer.protocol.Keys.asking`): their versions are read in the same round trip as the primary's.
+
+The fleet serves one head. A worker that loads a published head keeps it as the last good one
+(``P:head:good``, ``keep_head.lua``: one copy per publish); a worker that refuses the current head falls
+back to that one when it is not already serving it, so one started after a bad publish serves what the
+workers running since before it serve (they kept the head they had), not its task's own head.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import redis
 
+from producer import scripts
 from producer.protocol import Keys
 from worker.connection import transient
 from worker.contract import TakesHeads
@@ -40,6 +46,9 @@ class HeadWatch:
         # the classifier's further questions (an engine's task's; a test double may have none)
         self.questions: tuple[str, ...] = tuple(getattr(classifier, "questions", ()) or ())
         self.seen_q: dict[str, str] = {}
+        # the version each question's head came from (None: the primary), published or last good
+        self.serving: dict[str | None, str] = {}
+        self._keep = scripts.load(client, "worker", "keep_head.lua")
         self._log = get_logger("worker.heads")
 
     @transient
@@ -72,14 +81,45 @@ class HeadWatch:
         """
         loaded = False
         for question, version, data in self._changed():
-            loaded |= self._load(question, version, data)
+            if question is None:
+                self.seen = version
+            else:
+                self.seen_q[question] = version
+            if self._load(question, version, data):
+                loaded = True
+                self._kept(question, version)
+            else:
+                loaded |= self._fall_back(question, version)
         return loaded
 
+    @transient
+    def _kept(self, question: str | None, version: str) -> None:
+        k = self.keys.asking(question)
+        self._keep(keys=[k.head, k.head_good], args=[version])
+
+    @transient
+    def _last_good(self, question: str | None) -> tuple[str, bytes] | None:
+        try:
+            version, data = self.redis.hmget(self.keys.asking(question).head_good, ["version", "data"])
+        except redis.ResponseError as exc:  # a key no worker wrote: no last good head
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return None
+        if not isinstance(version, bytes) or not isinstance(data, bytes):
+            return None
+        return version.decode("utf-8", "replace"), data
+
+    def _fall_back(self, question: str | None, refused: str) -> bool:
+        """After ``refused`` (the current version) was refused: load the last good head, unless it is the
+        refused one or the one being served already. True when loaded."""
+        good = self._last_good(question)
+        if good is None or good[0] in (refused, self.serving.get(question)):
+            return False
+        asked = {} if question is None else {"question": question}
+        self._log.warning("head_fallback", refused=refused, version=good[0], **asked)
+        return self._load(question, *good)
+
     def _load(self, question: str | None, version: str, data: bytes) -> bool:
-        if question is None:
-            self.seen = version
-        else:
-            self.seen_q[question] = version
         asked = {} if question is None else {"question": question}
         if not isinstance(self.classifier, TakesHeads):
             reason = "this classifier takes no head"
@@ -94,6 +134,7 @@ class HeadWatch:
             reason = str(exc) if type(exc).__name__ == "HeadError" else f"{type(exc).__name__}: {exc}"
             self._log.warning("head_rejected", version=version, reason=reason[:500], bytes=len(data), **asked)
             return False
+        self.serving[question] = version
         head = self.classifier.head if question is None else self.classifier.answer_heads.get(question)  # type: ignore[attr-defined]
         self._log.info("head_loaded", version=version, id=getattr(head, "id", None), bytes=len(data), **asked)
         if self.on_loaded is not None and question is None:

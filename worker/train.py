@@ -147,6 +147,7 @@ def run(ns: argparse.Namespace) -> int:
     ids: list[str] = []
     base_sha256: str | None = None
     published: tuple[str, bytes] | None = None
+    good: tuple[str, bytes] | None = None  # the last good published head, served while P:head is refused
     try:
         args = config.resolve(TrainOptions, ns)
         options = replace(args.engine, head=NO_HEAD)  # train with features, not a head
@@ -187,6 +188,7 @@ def run(ns: argparse.Namespace) -> int:
             )
         if store.from_redis or store.publish:
             published = redis_client.current_head(question)
+            good = redis_client.last_good_head(question)
         ids = [it.id for it in items]
         check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
         # the flag, else the asked question's own key ([questions.NAME] auto_accuracy, or the task's)
@@ -223,7 +225,7 @@ def run(ns: argparse.Namespace) -> int:
     if isinstance(engine, int):
         return engine
     engine = engine.asking(question)  # the question's labels and recipe; the task's prompt and pass
-    in_use = _head_in_use(engine, published) if store.from_redis or store.publish else None
+    in_use = _head_in_use(engine, published, good) if store.from_redis or store.publish else None
     texts = [it.text for it in items]
     streamed = 0
     if store.from_redis and not unlabeled and _wants_stream(store, learnt, in_use):
@@ -381,13 +383,15 @@ def _is_head_data(base: str | None, head_data: str | None) -> bool:
     return base is not None and head_data is not None and Path(base).resolve() == Path(head_data).resolve()
 
 
-def _head_in_use(engine: Any, published: tuple[str, bytes] | None) -> tuple[Any, str, bool] | str | None:
+def _head_in_use(
+    engine: Any, published: tuple[str, bytes] | None, good: tuple[str, bytes] | None = None
+) -> tuple[Any, str, bool] | str | None:
     """(head, name, from_head_data) of the head the workers use (:func:`worker.gate.head_in_use`), None
     when they run zero-shot, or why it cannot be read."""
     from worker import gate
 
     try:
-        return gate.head_in_use(engine, published)
+        return gate.head_in_use(engine, published, good)
     except ValueError as exc:  # the task's head file unreadable, or its head_data unusable
         return str(exc)
 

@@ -942,3 +942,21 @@ def test_a_head_whose_finite_numbers_would_overflow_the_scores_is_refused(head: 
     )
     x = 1e3 * torch.randn(8, head.hidden_size, generator=torch.Generator().manual_seed(2))
     assert torch.isfinite(edge.probabilities(x)).all() and torch.isfinite(edge.log_probs(x)).all()
+
+
+def test_the_gate_judges_against_the_last_good_head_while_the_published_one_is_refused(
+    engine: Engine, head: Head
+) -> None:
+    """Workers refusing the current head serve the last good one (P:head:good, worker.headwatch): the
+    publish gate compares a new head with that one, and says why, not with the task's own."""
+    from worker.gate import head_in_use
+
+    found = head_in_use(engine, ("3", b"not a head"), ("2", head.to_bytes()))
+    assert found is not None
+    in_use, name, from_head_data = found
+    assert (in_use.id, in_use.version, from_head_data) == (head.id, "2", False)
+    assert name.startswith("version 2, the last good head (published version 3 is refused: ")
+    own = "the task's head (head_data) (published version 3 is refused"
+    assert head_in_use(engine, ("3", b"not a head"), None)[1].startswith(own)  # type: ignore[index]
+    assert head_in_use(engine, ("3", b"not a head"), ("3", head.to_bytes()))[1].startswith(own)  # type: ignore[index]
+    assert head_in_use(engine, ("3", head.to_bytes()), ("2", b"junk"))[1] == "version 3"  # type: ignore[index]

@@ -136,6 +136,25 @@ def test_the_acls_in_the_threat_model_work_as_written(
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0
+    # the head watch, keeping the last good head and falling back to it, as the worker user
+    from worker.connection import connect
+    from worker.headwatch import HeadWatch
+
+    class Heads:  # the head contract; a head is bytes, b"bad" refused
+        def __init__(self) -> None:
+            self.head: Any = None
+
+        def load_head(self, data: bytes, version: str) -> None:
+            if data == b"bad":
+                raise ValueError("not a head")
+            self.head = (data, version)
+
+    Client(admin, "ticketq").publish_head(b"h1")
+    assert HeadWatch(connect(url("ticketq-worker")), keys, Heads()).check() is True
+    Client(admin, "ticketq").publish_head(b"bad")
+    started = Heads()
+    assert HeadWatch(connect(url("ticketq-worker")), keys, started).check() is True
+    assert started.head == (b"h1", "1")
 
 
 # -- issue 19: checked before the model loads; secrets masked wherever they hide ---------------------------

@@ -457,6 +457,56 @@ def test_the_watch_follows_every_questions_published_head(r: redis.Redis, keys: 
     ]
 
 
+def test_a_worker_started_after_a_bad_publish_serves_the_fleets_last_good_head(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """Noticed in the twentieth session: after a publish every worker refuses, the running workers kept the
+    head they had while a worker started since served its task's own head: the fleet disagreed until a good
+    head was published. The last head a worker loaded is kept (P:head:good); one refusing the current head
+    serves it, for every question."""
+    client = Client(r, keys.prefix)
+    running = AskingClassifier()
+    old = HeadWatch(r, keys, running)
+    client.publish_head(b"t1")
+    client.publish_head(b"i1", question="intent")
+    assert old.check() is True and r.hget(keys.head_good, "version") == b"1"
+    assert r.hget(keys.asking("intent").head_good, "data") == b"i1"
+    client.publish_head(b"bad")
+    client.publish_head(b"bad", question="intent")
+    with capture_logs() as logs:
+        assert old.check() is False  # refused; it already serves the last good head: nothing reloaded
+    assert (running.head, running.answer_heads["intent"]) == ((b"t1", "1"), (b"i1", "1"))
+    assert [e["event"] for e in logs] == ["head_rejected", "head_rejected"]
+    assert r.hget(keys.head_good, "version") == b"1"  # a refused head is never kept
+    started = AskingClassifier()
+    with capture_logs() as logs:
+        assert HeadWatch(r, keys, started).check() is True
+    assert (started.head, started.answer_heads["intent"]) == (running.head, running.answer_heads["intent"])
+    fell = [(e["event"], e.get("question"), e["version"]) for e in logs if e["event"] != "head_rejected"]
+    assert fell == [
+        ("head_fallback", None, "1"),
+        ("head_loaded", None, "1"),
+        ("head_fallback", "intent", "1"),
+        ("head_loaded", "intent", "1"),
+    ]
+    client.publish_head(b"t3")  # a good publish: every worker serves it, and it is the one kept
+    assert old.check() is True and HeadWatch(r, keys, AskingClassifier()).check() is True
+    assert running.head == (b"t3", "3") and r.hget(keys.head_good, "data") == b"t3"
+
+
+def test_the_last_good_head_of_the_wrong_type_is_replaced_not_a_crash(r: redis.Redis, keys: Keys) -> None:
+    r.set(keys.head_good, "junk")  # by hand, or an older tool
+    client, classifier = Client(r, keys.prefix), AskingClassifier()
+    client.publish_head(b"bad")
+    watch = HeadWatch(r, keys, classifier)
+    assert watch.check() is False and classifier.head is None  # no last good head to serve
+    client.publish_head(b"t2")
+    assert watch.check() is True and r.hgetall(keys.head_good) == {b"version": b"2", b"data": b"t2"}
+    r.hdel(keys.head_good, "data")  # no data: not a head to fall back to
+    client.publish_head(b"bad")
+    assert HeadWatch(r, keys, AskingClassifier()).check() is False
+
+
 def test_a_further_questions_label_is_checked_against_its_label_set_without_an_answer(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:

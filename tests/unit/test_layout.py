@@ -150,7 +150,7 @@ def test_the_wheel_ships_the_runtime_only(wheel_files: list[str]) -> None:
         "worker/data/sample_tickets.jsonl" in wheel_files and "worker/engine/default_task.toml" in wheel_files
     )
     scripts = {p for p in (ROOT / "worker").glob("*.lua")} | {p for p in (ROOT / "producer").glob("*.lua")}
-    assert len(scripts) == 8  # every server-side script is a file, and every one ships
+    assert len(scripts) == 9  # every server-side script is a file, and every one ships
     assert {f"{p.parent.name}/{p.name}" for p in scripts} <= set(wheel_files)
 
 
