@@ -37,7 +37,8 @@ def replay(
         args: list[str | int] = [reason or "", most, ticket_id or "", cursor, REQUEUE_LOOK, REQUEUE_BYTES]
         ids, cursor, done = script(keys=list(keys), args=[*args, "1" if with_poison else "0"])
         cursor = int(cursor)
-        moved += [m.decode() if isinstance(m, bytes) else str(m) for m in ids]
+        # an id of a letter written by hand may not be UTF-8: shown replaced (it was moved all the same)
+        moved += [m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m) for m in ids]
         if int(done):
             break
     return moved

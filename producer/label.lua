@@ -76,6 +76,9 @@ local now = redis.call('TIME')
 record.at = tonumber(now[1]) + math.floor(tonumber(now[2]) / 1000) / 1000
 if by ~= '' then record.by = by end
 local out = cjson.encode(record)
-redis.call('HSET', KEYS[3], id, out)
+-- A key of the wrong type (by hand) fails its first command, before anything is written: a script is not
+-- rolled back, so nothing may be written before the last command that can fail.
+redis.call('HEXISTS', KEYS[3], id)
 if KEYS[5] then redis.call('ZREM', KEYS[5], id) end
+redis.call('HSET', KEYS[3], id, out)
 return out

@@ -11,6 +11,8 @@ if ARGV[4] then
   local now = redis.call('HGET', KEYS[2], 'version') or ''
   if now ~= ARGV[4] then return {'changed', now} end
 end
+-- A key of the wrong type (by hand) fails here, before anything is written (a script is not rolled back).
+redis.call('LLEN', KEYS[3])
 local version = tostring(redis.call('INCR', KEYS[1]))
 local entry = cjson.decode(ARGV[2])
 entry.version = version

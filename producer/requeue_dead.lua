@@ -96,8 +96,9 @@ while looked < look and moved < most and bytes < budget do
       if payload ~= nil then
         redis.call('LSET', KEYS[1], at, tomb)
         redis.call('LPUSH', KEYS[2], payload)
-        if type(letter.attempts) == 'number' and letter.attempts > 0 then
-          redis.call('HSET', KEYS[3], redis.sha1hex(payload), tostring(math.floor(letter.attempts)))
+        -- a count as workers write it (digits, as worker/recover.lua reads it), never '1e+20'
+        if type(letter.attempts) == 'number' and letter.attempts >= 1 and letter.attempts < 1e9 then
+          redis.call('HSET', KEYS[3], redis.sha1hex(payload), string.format('%d', math.floor(letter.attempts)))
         end
         moved = moved + 1
         ids[#ids + 1] = type(letter.id) == 'string' and letter.id or ''

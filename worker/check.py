@@ -55,9 +55,8 @@ def run(ns: argparse.Namespace) -> int:
         if args.worker_id:
             ids = [args.worker_id]
         else:
-            ids = sorted(
-                m.decode() if isinstance(m, bytes) else str(m) for m in client.smembers(keys.workers)
-            )
+            # a member no worker wrote (not UTF-8, by hand) names no heartbeat: skipped, not a traceback
+            ids = sorted(filter(None, map(_utf8, client.smembers(keys.workers))))
         with client.pipeline(transaction=False) as pipe:
             for wid in ids:
                 pipe.get(keys.heartbeat(wid))
@@ -71,7 +70,9 @@ def run(ns: argparse.Namespace) -> int:
             continue
         try:
             info = json.loads(beat)
-        except ValueError:
+        except (ValueError, RecursionError):
+            info = {}
+        if not isinstance(info, dict):  # a heartbeat no worker wrote ([1], by hand): not this host's
             info = {}
         if args.worker_id or info.get("host") == host:
             alive.append(f"{wid} (progress {info.get('progress_age_s', '?')} s ago)")
@@ -81,3 +82,13 @@ def run(ns: argparse.Namespace) -> int:
         return Exit.FAILED
     print("healthy: " + ", ".join(alive))
     return 0
+
+
+def _utf8(member: bytes | str) -> str:
+    """A worker id as text; "" for one that is not UTF-8."""
+    if isinstance(member, str):
+        return member
+    try:
+        return member.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""

@@ -116,5 +116,6 @@ class Heartbeat(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        if self is not threading.current_thread():
+        # not started yet (a failure before the service's loop began): nothing to join
+        if self is not threading.current_thread() and self.ident is not None:
             self.join(timeout=self.every_s + 1)

@@ -38,10 +38,10 @@ from producer.protocol import (
     review_margin,
 )
 from producer.strictjson import Unwritable
-from worker.connection import is_cluster, transient
+from worker.connection import is_cluster, reply_code, transient
 from worker.contract import Finished, Rejected
 from worker.errors import FatalError, TransientError
-from worker.records import digest_of, enqueued_at, poison_letter
+from worker.records import attempts_of, digest_of, enqueued_at, poison_letter
 
 __all__ = ["CLAIM_BYTES", "AckHook", "AckReport", "Recovery", "RedisQueue"]
 
@@ -226,14 +226,33 @@ class RedisQueue:
                     pipe.watch(self.keys.results, self.inflight)
                     report, writes, rejects = self._plan(pipe, finished, rejected)
                     pipe.multi()
-                    event = self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
-                    pipe.execute()
+                    placing = self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
+                    self._check(pipe.execute(raise_on_error=False), placing)
                     if self.cluster:  # a cluster transaction cannot PUBLISH: the wake-up follows it
-                        self.redis.publish(self.keys.events, event)
+                        self.redis.publish(self.keys.events, placing.event)
                     return report
                 except redis.WatchError:
                     continue
         raise TransientError(f"ack kept conflicting after {_WATCH_RETRIES} tries")
+
+    def _check(self, replies: list[Any], placing: Placing) -> None:
+        """Raise the first command of the ack's transaction that failed (a key of the wrong type, written
+        by hand since the start check), naming its key. Redis runs the rest of a transaction after a
+        failed command: the payloads it released though their results or letters were not written go back
+        onto the queue first (served next), so the failure loses no ticket."""
+        failed = [(i, r) for i, r in enumerate(replies) if isinstance(r, Exception)]
+        if not failed:
+            return
+        lost = [
+            raw for i, raws in placing.payloads.items() if isinstance(replies[i], Exception) for raw in raws
+        ]
+        if lost:
+            self.redis.rpush(self.keys.tickets, *[_any(raw) for raw in reversed(lost)])
+        index, error = failed[0]
+        key = placing.keys.get(index, "")
+        raise type(error)(
+            f"{error} (the ack's write to {key}; {len(lost)} payloads requeued)" if key else str(error)
+        )
 
     def _plan(
         self, pipe: Pipeline, finished: Sequence[Finished], rejected: Sequence[Rejected]
@@ -281,11 +300,20 @@ class RedisQueue:
         rejects: Sequence[Rejected],
         released: Sequence[Finished | Rejected],
         hook: AckHook | None,
-    ) -> str:
-        """Queue the ack's writes on ``pipe``; returns the event (published inside, unless on a cluster)."""
+    ) -> Placing:
+        """Queue the ack's writes on ``pipe``; returns where they place the payloads, and the event
+        (published inside, unless on a cluster)."""
+        placing = Placing()
         if writes:
+            letters = {r.raw for r in rejects}  # a finished ticket can be dead-lettered (duplicate id)
+            placing.mark(
+                pipe,
+                self.keys.results,
+                [r for r in released if isinstance(r, Finished) and r.raw not in letters],
+            )
             pipe.hset(self.keys.results, mapping={tid: encoded for tid, (_, encoded) in writes.items()})
             # finish times, so results can be deleted oldest first (see trim)
+            placing.mark(pipe, self.keys.done)
             pipe.zadd(self.keys.done, {tid: r.at for tid, (r, _) in writes.items()})
         if writes and self.keep_text_s > 0:
             # The text a correction will be trained on, kept with its result (P:text:<id>, with a TTL).
@@ -293,6 +321,7 @@ class RedisQueue:
                 if isinstance(item, Finished) and writes.get(item.result.id, (None,))[0] is item.result:
                     pipe.set(self.keys.text(item.result.id), item.ticket.text, ex=self.keep_text_s)
         if rejects:
+            placing.mark(pipe, self.keys.dead, rejects)
             pipe.lpush(self.keys.dead, *[r.letter.to_json() for r in rejects])
             if self.max_dead:
                 pipe.ltrim(self.keys.dead, 0, self.max_dead - 1)
@@ -304,11 +333,13 @@ class RedisQueue:
         if released:
             pipe.hdel(self.keys.attempts, *{payload_digest(i.raw) for i in released})
         if unsure := {f.result.id: review_margin(f.result.scores) for f in report.fresh if f.result.review}:
+            placing.mark(pipe, self.keys.review)
             pipe.zadd(self.keys.review, unsure)
             pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, -1)  # past the bound, the largest margins go
         for question, margins in _unsure_answers(report.fresh).items():  # each question's own queue
             self.questions.setdefault(question)
             key = self.keys.asking(question).review
+            placing.mark(pipe, key)
             pipe.zadd(key, margins)
             pipe.zremrangebyrank(key, MAX_REVIEW, -1)
         if hook is not None and report.fresh:
@@ -316,7 +347,8 @@ class RedisQueue:
         event = Event.after(report.written, report.dead)
         if not self.cluster:
             pipe.publish(self.keys.events, event.to_json())
-        return event.to_json()
+        placing.event = event.to_json()
+        return placing
 
     # -- heartbeat and recovery ------------------------------------------------------------------------
 
@@ -334,13 +366,22 @@ class RedisQueue:
         """Requeue the in-flight lists of workers whose heartbeat has expired."""
         out = []
         for raw_id in sorted(self.redis.smembers(self.keys.workers)):
-            wid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            try:
+                wid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            except UnicodeDecodeError:  # no worker's id: one set by hand; its keys cannot be named
+                self.recovery_errors[repr(raw_id)[:100]] = (
+                    "worker id is not UTF-8: no worker has it; remove it"
+                )
+                continue
             if wid == self.worker_id and not include_self:
                 continue
             if not self.redis.exists(self.keys.heartbeat(wid)):
                 try:
-                    done = self.recover_worker(wid)
-                except (TransientError, FatalError):
+                    done = self._recover_one(wid)
+                except (
+                    TransientError,
+                    FatalError,
+                ):  # the keys it shares with this worker: its own problem too
                     raise
                 except Exception as exc:  # one worker's list must not stop every other's recovery
                     self.recovery_errors[wid] = f"{type(exc).__name__}: {exc}"[:500]
@@ -348,6 +389,20 @@ class RedisQueue:
                 if done is not None:
                     out.append(done)
         return out
+
+    def _recover_one(self, wid: str) -> Recovery | None:
+        """:meth:`recover_worker`, but a dead worker's in-flight key of another type than a list (by hand)
+        is that worker's problem, reported, not a fatal error for the worker recovering it: a key this
+        worker shares with it (the input, P:attempts, P:dead) of the wrong type still is."""
+        try:
+            self.redis.llen(self.keys.inflight(wid))
+        except redis.ResponseError as exc:
+            if reply_code(exc) != "WRONGTYPE":
+                raise
+            raise ValueError(
+                f"{self.keys.inflight(wid)} is not a list: recover its payloads by hand"
+            ) from exc
+        return self.recover_worker(wid)
 
     @transient
     def recover_worker(self, wid: str, *, force: bool = False) -> Recovery | None:
@@ -358,13 +413,15 @@ class RedisQueue:
         for _ in range(_WATCH_RETRIES):
             held = [_raw(p) for p in self.redis.lrange(keys.inflight(wid), 0, -1)]
             digests = [payload_digest(p) for p in held]
-            seen = [int(s or 0) for s in self.redis.hmget(keys.attempts, digests)] if held else []
+            # the counts as stored, sent back as read: recover.lua re-checks them byte for byte
+            seen = [_raw(s or b"") for s in self.redis.hmget(keys.attempts, digests)] if held else []
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0", DIGEST_BYTES]
             for p, d, s in zip(held, digests, seen, strict=True):
                 # a payload over DIGEST_BYTES is checked by its digest alone: not sent back in full; the
                 # letter is read only when this attempt is the last (recover.lua re-checks the count)
-                letter = poison_letter(p, wid, s + 1) if s + 1 >= self.max_attempts else ""
-                args += [p if len(p) <= DIGEST_BYTES else b"", d, str(s), letter]
+                n = attempts_of(s) + 1
+                letter = poison_letter(p, wid, n) if n >= self.max_attempts else ""
+                args += [p if len(p) <= DIGEST_BYTES else b"", d, s, letter]
             status, requeued, dead = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return None
@@ -423,6 +480,24 @@ class RedisQueue:
             pipe.lindex(self.keys.tickets, -1)
             depth, head = pipe.execute()
         return int(depth), enqueued_at(head)
+
+
+@dataclass
+class Placing:
+    """Where an ack's transaction writes: the key of each command worth naming when it fails (by its
+    place in the transaction), and the payloads each command that places them (their results, their dead
+    letters) stands for."""
+
+    keys: dict[int, str] = field(default_factory=dict)
+    payloads: dict[int, list[bytes]] = field(default_factory=dict)
+    event: str = ""
+
+    def mark(self, pipe: Pipeline, key: str, items: Sequence[Finished | Rejected] = ()) -> None:
+        """Name the next command queued on ``pipe``."""
+        index = len(pipe.command_stack)
+        self.keys[index] = key
+        if items:
+            self.payloads[index] = [i.raw for i in items]
 
 
 def _unsure_answers(fresh: Sequence[Finished]) -> dict[str, dict[str, float]]:

@@ -11,6 +11,14 @@ from producer.protocol import MAX_PAYLOAD_BYTES, DeadLetter, peek_id
 from producer.strictjson import finite_number
 
 
+def attempts_of(stored: bytes | None) -> int:
+    """A ``P:attempts`` count as recover.lua reads it: up to nine decimal digits, else 0 (a value no worker
+    wrote: '01' is 1, but ' 1', '1e+20' or twenty digits count afresh rather than fail a recovery)."""
+    if stored and len(stored) <= 9 and stored.isdigit() and stored.isascii():
+        return int(stored)
+    return 0
+
+
 def poison_letter(payload: bytes, wid: str, attempts: int) -> str:
     """The letter a payload becomes if this death is one too many; each built on its own, never raising
     (a payload that defeats :func:`peek_id` still gets a letter, without its id)."""
@@ -37,5 +45,5 @@ def digest_of(result_json: bytes) -> str:
     """The digest of an existing result; an unreadable one matches nothing, so the first result stands."""
     try:
         return str(json.loads(result_json).get("digest", ""))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):  # RecursionError: nested thousands deep
         return ""

@@ -31,7 +31,8 @@ def check_access(queue: RedisQueue) -> None:
             pipe.llen(key)  # WRONGTYPE unless a list (or absent)
         for key in (k.results, k.attempts, k.head):
             pipe.hexists(key, "")  # ... a hash
-        pipe.zrangebyscore(k.done, "+inf", "+inf", start=0, num=1)  # ... a sorted set
+        for key in (k.done, k.review, *(k.asking(q).review for q in queue.questions)):
+            pipe.zrangebyscore(key, "+inf", "+inf", start=0, num=1)  # ... a sorted set
         pipe.smembers(k.workers)  # ... a set
         pipe.get(k.heartbeat(queue.worker_id))  # ... a string
         pipe.execute()

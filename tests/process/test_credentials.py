@@ -198,6 +198,10 @@ def test_credentials_permissions_and_key_types_fail_before_the_model_loads(
     code, logged = _serve_without_loading(server.url)
     assert code == 4 and logged[-1]["cause"] == "wrongtype"
     admin.delete(KEYS.results)
+    admin.set(KEYS.review, "not a sorted set")  # the ack writes it: refused at start, not mid-drain
+    code, logged = _serve_without_loading(server.url)
+    assert code == 4 and logged[-1]["cause"] == "wrongtype"
+    admin.delete(KEYS.review)
     code, logged = _serve_without_loading(server.url)  # all good: it goes on to load the model
     assert code == 1 and logged[-1]["event"] == "engine_load_failed"
     assert not any(secret in json.dumps(e) for e in logged)

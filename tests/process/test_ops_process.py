@@ -190,8 +190,12 @@ def test_check_without_an_id_finds_this_hosts_workers(
     worker = Worker(tmp_path / "w.log", "--redis-url", redis_url, "--prefix", keys.prefix)
     try:
         wait_for(lambda: r.scard(keys.workers) == 1, 20, what="the worker to register")
+        # records no worker wrote (audit): a member that is not UTF-8 and a heartbeat that is no object
+        # made check (the containers' health check) a traceback, exit 1: every container restarted
+        r.sadd(keys.workers, b"\xff\xfeghost", "odd")
+        r.set(keys.heartbeat("odd"), "[1]")
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30)
-        assert done.returncode == 0 and done.stdout.startswith("healthy: "), done.stdout
+        assert done.returncode == 0 and done.stdout.startswith("healthy: "), done.stdout + done.stderr
     finally:
         worker.proc.send_signal(signal.SIGTERM)
         assert worker.wait(15) == 0

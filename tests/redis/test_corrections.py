@@ -624,3 +624,21 @@ def test_a_head_judged_against_one_version_does_not_replace_another_published_me
     assert client.publish_head(b"c", replacing="2") == "3"
     with pytest.raises(HeadChanged, match=r"version 3 is current now, not none\)"):
         client.publish_head(b"d", replacing="")
+
+
+def test_a_key_of_the_wrong_type_fails_label_and_publish_before_they_write(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """Audit: a script is not rolled back. label.lua wrote the correction and then failed on a P:review
+    that was a string (exit 4 "Redis refused", the correction recorded all the same); publish_head.lua
+    replaced P:head, which every worker loads, then failed on a P:heads that was a string (no history)."""
+    client = Client(r, keys.prefix)
+    seen(r, keys, "T-1", "locked out")
+    r.set(keys.review, "by hand")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        client.label("T-1", "account")
+    assert not r.exists(keys.labels)
+    r.set(keys.heads, "by hand")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        client.publish_head(b"account")
+    assert not r.exists(keys.head) and not r.exists(keys.head_seq)

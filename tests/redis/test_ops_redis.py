@@ -170,6 +170,23 @@ def test_requeue_dead_skips_poison_unless_asked_and_keeps_its_attempts(r: redis.
     assert r.hget(keys.attempts, payload_digest(payload(7))) == b"3"  # travels alone, dies once more at most
 
 
+def test_requeue_dead_writes_only_counts_a_worker_reads_and_names_ids_it_cannot_decode(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """Audit: a letter recording 1e20 attempts wrote '1e+20' to P:attempts, which stranded the ticket at the
+    next death; a letter whose id is not UTF-8 was moved, then the command failed (exit 2) as if it had
+    not been."""
+    from producer.protocol import payload_digest
+
+    big = json.loads(DeadLetter("poison: killed 3 workers", payload(7), id="t7", attempts=3).to_json())
+    big["attempts"] = 1e20
+    odd = DeadLetter("engine error: x", payload(8), id="t8").to_json().encode().replace(b'"t8"', b'"t\xff8"')
+    r.lpush(keys.dead, json.dumps(big), odd)
+    moved = Client(r, keys.prefix).requeue_dead(poison=True)
+    assert moved == ["t7", "t\ufffd8"] and r.llen(keys.dead) == 0 and r.llen(keys.tickets) == 2
+    assert not r.hexists(keys.attempts, payload_digest(payload(7)))  # no count a worker could not read
+
+
 def test_requeue_dead_works_in_chunks_in_order_past_letters_it_skips(
     r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import cast
 
 import pytest
@@ -15,8 +16,8 @@ from support import finished
 from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
 from worker import queue as queue_module
 from worker.connection import connect
-from worker.contract import Rejected
-from worker.errors import TransientError
+from worker.contract import Finished, Rejected
+from worker.errors import FatalError, TransientError
 from worker.queue import RedisQueue
 
 pytestmark = pytest.mark.redis
@@ -397,9 +398,95 @@ def test_recovery_of_an_oversized_payload_sees_it_changed(r: redis.Redis, keys: 
     script_keys = [keys.workers, keys.heartbeat("gone"), keys.inflight("gone"), keys.tickets]
     script_keys += [keys.attempts, keys.dead]
     other = _spec_digest(big + b"y")  # the same first 64 KiB, another size
-    status, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "0", "{}"])
+    status, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "", "{}"])
     assert status == b"changed" and r.llen(keys.inflight("gone")) == 1 and r.llen(keys.tickets) == 0
     status, requeued, _ = q._recover(
-        keys=script_keys, args=["gone", 3, "0", 65536, b"", _spec_digest(big), "0", "{}"]
+        keys=script_keys, args=["gone", 3, "0", 65536, b"", _spec_digest(big), "", "{}"]
     )
     assert (status, requeued) == (b"ok", 1) and r.lrange(keys.tickets, 0, -1) == [big]
+
+
+# -- records no worker wrote (an operator, an older tool, another language): found by an audit -----------
+
+
+@pytest.mark.parametrize("stored", [b"01", b" 1", b"+1", b"abc", b"1e+20", b"99999999999999999999"])
+def test_recovery_reads_an_attempt_count_no_worker_wrote_and_finishes(
+    r: redis.Redis, keys: Keys, stored: bytes
+) -> None:
+    """'01' made every recovery of the list conflict forever (Python's int() read 1 and sent back '1',
+    the script compared '01'): no worker ever claimed again. 'abc' and '1e+20' failed it every round and
+    stranded the list; twenty digits overflowed HINCRBY half way, after the first payload was requeued,
+    so it was served again and again. Each is now a count (digits up to nine, else 0), replaced."""
+    held = [payload("a"), payload("b")]
+    RedisQueue(r, keys, "gone").beat({}, ttl_s=60)
+    r.delete(keys.heartbeat("gone"))
+    r.lpush(keys.inflight("gone"), *reversed(held))
+    r.hset(keys.attempts, payload_digest(held[1]), stored)
+    (rec,) = RedisQueue(r, keys, "w1", max_attempts=3).recover()
+    assert (rec.requeued, rec.dead) == (2, 0) and r.llen(keys.inflight("gone")) == 0
+    expected = b"2" if stored == b"01" else b"1"  # '01' is 1, the rest count afresh
+    assert r.hget(keys.attempts, payload_digest(held[1])) == expected
+    assert sorted(cast(list[bytes], r.lrange(keys.tickets, 0, -1))) == sorted(held)
+
+
+def test_a_worker_id_that_is_not_utf8_or_a_foreign_in_flight_key_stops_no_recovery(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """A non-UTF-8 member of P:workers raised UnicodeDecodeError in every worker's recovery (exit 70, the
+    whole fleet); a dead worker's in-flight key of another type was a fatal WRONGTYPE for every worker
+    recovering it (exit 4). Each is now reported for the log, and the other dead workers recovered."""
+    r.sadd(keys.workers, b"\xff\xfeghost", "hashed")
+    r.hset(keys.inflight("hashed"), "a", "b")
+    RedisQueue(r, keys, "gone").beat({}, ttl_s=60)
+    r.delete(keys.heartbeat("gone"))
+    r.lpush(keys.inflight("gone"), payload(1))
+    peer = RedisQueue(r, keys, "w1")
+    (rec,) = peer.recover()
+    assert (rec.worker, rec.requeued) == ("gone", 1)
+    errors = peer.recovery_errors
+    assert (
+        errors["hashed"]
+        == f"ValueError: {keys.inflight('hashed')} is not a list: recover its payloads by hand"
+    )
+    assert errors["b'\\xff\\xfeghost'"].startswith("worker id is not UTF-8")
+    r.set(keys.dead, "junk")  # a key the recovering worker shares is its own problem: still fatal
+    r.lpush(keys.inflight("gone2"), payload(2))
+    r.sadd(keys.workers, "gone2")
+    with pytest.raises(FatalError, match="WRONGTYPE"):
+        RedisQueue(r, keys, "w1", max_attempts=1).recover()
+
+
+@pytest.mark.parametrize("key", ["dead", "done", "review"])
+def test_an_ack_that_cannot_place_its_payloads_puts_them_back_and_names_the_key(
+    q: RedisQueue, r: redis.Redis, keys: Keys, key: str
+) -> None:
+    """Redis runs the rest of a transaction after a failed command: with P:dead turned into a string
+    mid-run, the ack's LPUSH failed but its LREM released the payload, which was then nowhere (the worker
+    exited 4). Payloads whose result or letter was not written now go back onto the queue, served next;
+    the error names the key. (P:results is read under WATCH before the transaction: nothing released.)"""
+    r.lpush(keys.tickets, payload(1), b"junk")
+    claimed = q.claim(2, max_wait_s=0)
+    done = finished(claimed[0])
+    done = Finished(done.raw, done.ticket, replace(done.result, review=True))
+    r.set(getattr(keys, key), "written by hand")
+    lost = 1 if key == "dead" else 0
+    with pytest.raises(
+        FatalError, match=f"WRONGTYPE.*the ack's write to {getattr(keys, key)}; {lost} payloads"
+    ):
+        q.ack([done], [Rejected(b"junk", DeadLetter("not JSON", b"junk"))])
+    assert r.llen(keys.inflight("w1")) == 0
+    assert r.lrange(keys.tickets, 0, -1) == [b"junk"] * lost  # placed, or back in the queue
+    assert r.hexists(keys.results, "t1")
+    assert key == "dead" or r.llen(keys.dead) == 1
+
+
+def test_a_result_nested_thousands_deep_is_no_crash_the_first_result_stands(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    """An existing result nested 100,000 deep (by hand) raised RecursionError in the ack: three workers
+    died on the ticket and it was dead-lettered as poison. It is an unreadable result, so the id is taken."""
+    r.hset(keys.results, "t1", b"[" * 100_000 + b"]" * 100_000)
+    r.lpush(keys.tickets, payload(1))
+    (raw,) = q.claim(1, max_wait_s=0)
+    report = q.ack([finished(raw)], [])
+    assert [d.reason for d in report.dead] == ["duplicate id"]

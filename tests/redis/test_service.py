@@ -275,3 +275,24 @@ def test_a_dead_heartbeat_thread_stops_the_claims(
     r.lpush(keys.tickets, *tickets(2))
     time.sleep(0.3)
     assert r.llen(keys.tickets) == 2  # nothing claimed once the heartbeat was gone
+
+
+def test_a_bug_before_the_heartbeat_starts_is_exit_70_not_a_second_traceback(
+    redis_url: str, keys: Keys, fake_classifier: Any
+) -> None:
+    """Audit: an unexpected error in the service's start (before its heartbeat thread ran) was logged as
+    fatal, exit 70, then joining the thread that never started raised RuntimeError: exit 1, a traceback."""
+
+    calls = []
+    described = fake_classifier.describe
+
+    def broken() -> dict[str, Any]:  # fine when the service logs its start, a bug in _start
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyError("a bug")
+        return described()
+
+    fake_classifier.describe = broken
+    with capture_logs() as logs:
+        assert make_service(redis_url, keys, fake_classifier, heartbeat=True).run() == 70
+    assert logs[-1]["event"] == "fatal" and logs[-1]["cause"] == "internal"
