@@ -7,6 +7,9 @@
 -- Atomic: a result, its P:done entry and its review entries go together. Cost: O(ARGV 2 * log n) per review
 --   queue plus the LTRIM's removals;
 --   the worker calls it with 1000, well under a millisecond per call. Returns results deleted.
+-- A review queue of the wrong type (by hand) fails here, before anything is deleted (a script is not
+-- rolled back): with the commands the worker's ACL grants, O(log n) each.
+for k = 4, #KEYS do redis.call('ZRANGEBYSCORE', KEYS[k], '+inf', '+inf', 'LIMIT', 0, 1) end
 local n = 0
 if ARGV[1] ~= '' then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))

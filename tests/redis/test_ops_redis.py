@@ -54,6 +54,20 @@ def test_results_older_than_the_retention_are_trimmed_and_dead_letters_capped(
     assert forever.trim(now + 10**9) == 0 and r.hlen(keys.results) == 1
 
 
+def test_a_review_queue_of_the_wrong_type_fails_the_trim_before_it_deletes(
+    r: redis.Redis, keys: Keys
+) -> None:
+    """Audit: trim.lua deleted the due results, then failed on a P:review turned into a string: a script
+    is not rolled back. It fails first now, deleting nothing (the worker exits 4 naming the cause)."""
+    q = RedisQueue(r, keys, "w1", keep_results_s=100)
+    r.hset(keys.results, "x", "{}")
+    r.zadd(keys.done, {"x": 1.0})
+    r.set(keys.review, "by hand")
+    with pytest.raises(FatalError, match="WRONGTYPE"):
+        q.trim(time.time())
+    assert r.hlen(keys.results) == 1 and r.zcard(keys.done) == 1
+
+
 def test_requeue_dead_moves_matching_letters_back_atomically_oldest_first(r: redis.Redis, keys: Keys) -> None:
     c = Client(r, keys.prefix)
     letters = [
