@@ -102,6 +102,12 @@ def fatal_from(exc: BaseException) -> FatalError | None:
         return FatalError(
             f"Redis refused us ({type(exc).__name__}): {exc}", cause="auth", exit_code=Exit.REDIS_ACCESS
         )
+    if isinstance(exc, redis.exceptions.InvalidResponse):  # an HTTP server, a proxy, another protocol
+        return FatalError(
+            f"the server does not answer as Redis does (another service on that port?): {exc}"[:300],
+            cause="protocol",
+            exit_code=Exit.REDIS_ACCESS,
+        )
     if isinstance(exc, redis.ResponseError) and reply_code(exc) == "WRONGTYPE":
         return FatalError(
             f"a ticketq key holds the wrong type (another program writes under this prefix?): {exc}",

@@ -12,8 +12,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import redis
-
 from worker.engine.options import is_no_head
 from worker.errors import ConfigError
 from worker.settings import Settings
@@ -31,10 +29,7 @@ _EMBEDDED_DIST = (
 
 def check(settings: Settings) -> tuple[str, ...]:
     """Raise :class:`ConfigError` for a setting that cannot work; returns the task's labels."""
-    try:
-        redis.connection.parse_url(settings.redis_url)
-    except ValueError as exc:
-        raise ConfigError(f"redis-url: {exc}") from None
+    # the Redis URL: checked with the settings (producer.options.url_problem)
     from worker.engine.task import TaskError  # tomllib only, no torch
 
     task = _task(settings)

@@ -20,7 +20,7 @@ from producer import config
 from producer.client import mask_url
 from producer.config import Check, at_least, between, group, setting
 from producer.learning import DEFAULT_KEEP_TEXT_S
-from producer.options import RedisOptions
+from producer.options import RedisOptions, plain_text
 from worker.engine.options import EngineOptions
 from worker.errors import ConfigError
 
@@ -62,7 +62,10 @@ class Settings(RedisOptions):
         default_factory=default_worker_id,
         help="unique id of this worker, per live process",
         shown="host-pid-random",
-        check=Check(lambda w: bool(w) and ":" not in w, "must be non-empty, without ':'"),
+        check=Check(
+            lambda w: plain_text(w) and ":" not in w,
+            "must be non-empty UTF-8 text, without ':', spaces or control characters",
+        ),
     )
     log_format: str = setting(
         "auto", help="`auto` (console on a TTY, else JSON), `json`, `console`", choices=LOG_FORMATS
@@ -140,7 +143,7 @@ class Settings(RedisOptions):
     )
 
     def __post_init__(self) -> None:
-        found = config.problems(self) + self._cross_problems()
+        found = config.problems(self) + self.url_problems() + self._cross_problems()
         if found:
             raise ConfigError("; ".join(found))
 

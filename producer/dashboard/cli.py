@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import math
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +30,9 @@ from producer.exitcodes import Exit, epilog
 from producer.options import RedisOptions
 
 log = logging.getLogger("ticketq.dashboard")
+
+POLL_MIN_S = 0.5  # below it the pages would poll Redis for little more than noise
+POLL_MAX_S = 3600.0
 
 
 def _user_password(value: str) -> bool:
@@ -56,9 +61,12 @@ class DashboardOptions(RedisOptions):
     )
     poll: float = setting(
         SAMPLE_S,
-        help="seconds between live updates and chart samples",
+        help=f"seconds between live updates and chart samples, {POLL_MIN_S:g} to {POLL_MAX_S:g}",
         env="TICKETQ_DASHBOARD_POLL_S",
-        check=Check(lambda s: s > 0, "must be > 0"),
+        check=Check(
+            lambda s: math.isfinite(s) and POLL_MIN_S <= s <= POLL_MAX_S,
+            f"must be a number of seconds from {POLL_MIN_S:g} to {POLL_MAX_S:g}",
+        ),
     )
     low_confidence: float = option(
         LOW_CONFIDENCE,
@@ -97,7 +105,7 @@ class DashboardOptions(RedisOptions):
     )
 
     def __post_init__(self) -> None:
-        found = config.problems(self)
+        found = config.problems(self) + self.url_problems()
         if not (self.token or self.basic_auth) and not _loopback(self.host) and not self.public_read_only:
             found.append(
                 f"host {self.host} without --token or --basic-auth would show ticket texts to anyone who "
@@ -128,12 +136,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class BadSetting(SystemExit):
+    """A bad setting: ends the command with :attr:`Exit.CONFIG`; ``str()`` is the one line that says why
+    (``main`` prints it on stderr)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(Exit.CONFIG)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
 def options_from_args(args: argparse.Namespace) -> DashboardOptions:
-    """Flags over variables over defaults; a bad value ends the command with one line naming it."""
+    """Flags over variables over defaults; a bad value raises :class:`BadSetting`, one line naming it."""
     try:
         return config.resolve(DashboardOptions, args, os.environ)
     except ValueError as exc:
-        raise SystemExit(f"ticketq-dashboard: {exc}") from None
+        raise BadSetting(f"ticketq-dashboard: {exc}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -160,19 +180,51 @@ def app_config(options: DashboardOptions) -> Config:
     )
 
 
+def check_listen(host: str, port: int) -> str | None:
+    """Whether ``host:port`` can be listened on, before uvicorn tries (whose failure would exit 3,
+    "Redis unreachable"): None, or the OS's reason. Binds each address the name resolves to, as
+    asyncio will (``SO_REUSEADDR``, IPv6 only on IPv6 sockets), and lets go at once."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:  # socket.gaierror: a name that does not resolve
+        return f"cannot resolve {host!r}: {exc.strerror or exc}"
+    for family, kind, proto, _, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                if os.name == "posix":
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            return reason if address[0] == host else f"{address[0]}: {reason}"
+    return None
+
+
+def _refuse(line: str) -> int:
+    print(f"ticketq-dashboard: {line}", file=sys.stderr)
+    return Exit.CONFIG
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    options = options_from_args(args)
-    config = app_config(options)
-    client = Client.from_url(
-        config.redis_url, config.prefix, cluster=options.cluster, socket_connect_timeout=5
-    )
     try:
-        client.redis.ping()
-    except redis.RedisError as exc:
-        print(
-            f"ticketq-dashboard: cannot reach Redis at {mask_url(config.redis_url)}: {exc}", file=sys.stderr
+        options = options_from_args(args)
+    except BadSetting as exc:
+        print(exc.line, file=sys.stderr)
+        return Exit.CONFIG
+    config = app_config(options)  # the URL was checked with the settings (producer.options.url_problem)
+    where = mask_url(config.redis_url)
+    if trouble := check_listen(options.host, options.port):
+        return _refuse(f"cannot listen on {options.host}:{options.port}: {trouble}")
+    try:
+        client = Client.from_url(
+            config.redis_url, config.prefix, cluster=options.cluster, socket_connect_timeout=5
         )
+        client.redis.ping()
+    except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+        print(f"ticketq-dashboard: cannot reach Redis at {where}: {exc}", file=sys.stderr)
         return Exit.REDIS_ACCESS
     import uvicorn
 
@@ -183,14 +235,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "sign-in needed to read and act" if config.auth.enabled else "read-only"
     print(
         f"ticketq-dashboard: http://{options.host}:{options.port}/ ({mode}; "
-        f"Redis {mask_url(config.redis_url)}, prefix {config.prefix})",
+        f"Redis {where}, prefix {config.prefix})",
         file=sys.stderr,
     )
     logging.getLogger("uvicorn.access").disabled = True  # paths carry ticket ids: not worth a line each
     # Proxy headers are the app's, from --trusted-proxy only (uvicorn's own default trusts 127.0.0.1).
     app = create_app(config, client)
-    uvicorn.run(app, host=options.host, port=options.port, log_level="warning", proxy_headers=False)
-    return 0
+    try:
+        uvicorn.run(app, host=options.host, port=options.port, log_level="warning", proxy_headers=False)
+    except SystemExit as exc:  # uvicorn's own startup failure (3): the listen failed after all, a race
+        if exc.code in (None, 0):
+            return Exit.OK
+        return _refuse(f"cannot serve on {options.host}:{options.port} (uvicorn's reason above)")
+    return Exit.OK
 
 
 if __name__ == "__main__":

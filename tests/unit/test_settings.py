@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -71,6 +72,47 @@ def test_bad_values_fail_once_with_the_setting_named(
 ) -> None:
     with pytest.raises(ConfigError, match=problem):
         parse(argv, env)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "problem"),
+    [
+        (
+            ["--redis-url", "redis://127.0.0.1:6379/notadb"],
+            {},
+            "redis-url: the path must be a database number",
+        ),
+        (
+            ["--redis-url", "redis://127.0.0.1:6379/12/extra"],
+            {},
+            "redis-url: the path must be a database number",
+        ),
+        (["--redis-url", "redis://h:6379/0?socket_timeout=inf"], {}, "socket_timeout must be a positive"),
+        (["--redis-url", "redis://h:99999/0"], {}, "redis-url: cannot be read as a Redis URL"),
+        (["--cluster", "--redis-url", "redis://h:6379/12"], {}, "Redis Cluster has database 0 only"),
+        ([], {"TICKETQ_REDIS_URL": "redis://:p\udcffw@h:6379/0"}, "redis-url: not UTF-8 text"),
+        (["--prefix", "tq\udcff"], {}, "prefix: must be non-empty UTF-8 text"),
+        (["--prefix", "tq\x1b[2J"], {}, "prefix: must be non-empty UTF-8 text"),
+        (["--worker-id", "w\udcff1"], {}, "worker-id: must be non-empty UTF-8 text"),
+        (["--worker-id", "w1\n  ghost  yes"], {}, "worker-id: must be non-empty UTF-8 text"),
+    ],
+)
+def test_a_setting_redis_would_misread_or_a_key_name_could_not_hold_is_refused_before_anything_starts(
+    argv: list[str], env: dict[str, str], problem: str
+) -> None:
+    """Audit: each of these was a traceback before the model loaded (a surrogate from undecodable bytes in
+    an argument or variable, a cluster URL naming db 12), or silently another database (redis-py reads
+    ``/notadb`` as db 0), or a worker id whose newline drew a fake row in ``stats``."""
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        parse(argv, env)
+
+
+def test_a_url_redis_py_cannot_read_is_refused_without_quoting_its_password() -> None:
+    """redis-py's own message for a password holding '/' quotes the password ("Port could not be cast to
+    integer value as 'Hunter2Secret'"), and it was printed."""
+    with pytest.raises(ConfigError, match="percent-encoded") as refused:
+        parse(["--redis-url", "redis://default:Hunter2Secret/x@127.0.0.1:6379/12"])
+    assert "Hunter2Secret" not in str(refused.value)
 
 
 def test_the_password_is_masked_everywhere() -> None:
