@@ -27,15 +27,23 @@ import redis
 
 from producer import config, review
 from producer.client import Client, LabelError, encode
-from producer.config import at_least, option
+from producer.config import Check, at_least, between, option
 from producer.exitcodes import Exit, epilog, for_redis_error
 from producer.files import FORMATS, FileError, parse
+from producer.learning import MAX_HEAD_BYTES
 from producer.options import QuestionOptions, RedisOptions
 from producer.protocol import BadTicket
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    for stream in (
+        sys.stdout,
+        sys.stderr,
+    ):  # a lone surrogate in a record written by hand: \udxxx, not a crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         where = config.resolve(RedisOptions, args, os.environ)
         client = Client.from_url(
@@ -51,6 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException) as exc:
         print(f"ticketq-producer: cannot reach Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
         return for_redis_error(exc)
+    except redis.exceptions.InvalidResponse as exc:  # an HTTP server, a proxy, another protocol
+        print(f"ticketq-producer: the server does not answer as Redis does: {exc}"[:300], file=sys.stderr)
+        return Exit.REDIS_ACCESS
     except redis.ResponseError as exc:
         print(f"ticketq-producer: Redis refused a command: {exc}", file=sys.stderr)
         return for_redis_error(exc)
@@ -66,7 +77,9 @@ class PushOptions:
         "auto", help="input format (auto: by the file's suffix, else its content)", choices=FORMATS
     )
     wait: bool = option(False, help="wait for the results and print them as JSONL")
-    timeout: float = option(60.0, help="seconds to wait with --wait", check=at_least(0))
+    timeout: float = option(
+        60.0, help="seconds to wait with --wait (at most a day)", check=between(0, 86_400)
+    )
 
     def __post_init__(self) -> None:
         _check(self)
@@ -97,7 +110,13 @@ class ReviewOptions:
 class RequeueOptions:
     reason: str | None = option(None, help="only letters whose reason starts with this (e.g. 'engine error')")
     limit: int | None = option(None, help="at most this many, oldest first", shown="all", check=at_least(1))
-    ticket_id: str | None = option(None, help="only the letter(s) of this ticket id", flag="id", shown="any")
+    ticket_id: str | None = option(
+        None,
+        help="only the letter(s) of this ticket id",
+        flag="id",
+        shown="any",
+        check=Check(bool, "must be a ticket id, not empty (leave --id out for any)"),
+    )
     poison: bool = option(False, help="poison letters too (else only with `--reason poison` or `--id`)")
 
     def __post_init__(self) -> None:
@@ -225,10 +244,13 @@ def cmd_push(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_get(client: Client, args: argparse.Namespace) -> int:
-    found = client.get_many(args.ids)
+    unreadable: dict[str, str] = {}
+    found = client.get_many(args.ids, unreadable=unreadable)
     for tid in args.ids:
         if tid in found:
             print(found[tid].to_json())
+        elif tid in unreadable:  # a record no worker wrote: named, the others still printed
+            print(f"result for {tid} is unreadable: {unreadable[tid]}", file=sys.stderr)
         else:
             print(f"no result for {tid}", file=sys.stderr)
     return Exit.OK if len(found) == len(set(args.ids)) else Exit.FAILED
@@ -326,7 +348,7 @@ def cmd_heads(client: Client, args: argparse.Namespace) -> int:
 def cmd_publish_head(client: Client, args: argparse.Namespace) -> int:
     try:
         with open(args.file, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_HEAD_BYTES + 1)  # one byte past the bound: refused, not read on (/dev/zero)
     except OSError as exc:
         raise FileError(f"{args.file}: {exc.strerror}") from None
     try:

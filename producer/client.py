@@ -45,7 +45,10 @@ from producer.protocol import (
     payload_digest,
 )
 
-_PUSH_CHUNK = 1000  # payloads per LPUSH: one round trip per chunk, bounded request size
+_PUSH_CHUNK = 1000  # payloads per LPUSH at most: one round trip per chunk, bounded request size
+_PUSH_BYTES = 1024 * 1024  # ... and bytes per LPUSH at most (a 64 MB LPUSH held Redis for 230 ms)
+_GET_CHUNK = 1000  # ids per HMGET of the results
+MAX_WAIT_S = 86_400  # the longest wait: inf overflowed the socket's timeout after the tickets were pushed
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
 DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
 _KEPT_CHUNK = 200  # results scanned, and texts read in one pipeline, at a time (Client.kept_texts)
@@ -183,6 +186,7 @@ class Client:
     def push_and_wait(self, tickets: Iterable[Ticket | Mapping[str, Any]], timeout: float = 30.0) -> Waited:
         """Push, then wait for exactly these payloads: an older result for a reused id does not count
         (these tickets will go dead as ``duplicate id``, and the wait reports that)."""
+        _check_wait(timeout)  # a timeout it cannot wait (inf) is refused before anything is pushed
         digests = self._push(tickets)
         return self.wait(list(digests), timeout, digests=digests)
 
@@ -221,19 +225,31 @@ class Client:
             payloads.append(payload)
             digests.setdefault(decoded.id, payload_digest(payload))
         with self.redis.pipeline(transaction=False) as pipe:
-            for start in range(0, len(payloads), _PUSH_CHUNK):
-                pipe.lpush(self.keys.tickets, *payloads[start : start + _PUSH_CHUNK])
+            for chunk in _chunks(payloads, _PUSH_CHUNK, _PUSH_BYTES):
+                pipe.lpush(self.keys.tickets, *chunk)
             pipe.execute()
         return digests
 
     def get(self, ticket_id: str) -> Result | None:
         return self.get_many([ticket_id]).get(ticket_id)
 
-    def get_many(self, ids: Sequence[str]) -> dict[str, Result]:
-        if not ids:
-            return {}
-        raw = self.redis.hmget(self.keys.results, list(ids))
-        return {i: Result.from_json(r) for i, r in zip(ids, raw, strict=True) if r is not None}
+    def get_many(self, ids: Iterable[str], *, unreadable: dict[str, str] | None = None) -> dict[str, Result]:
+        """The results of ``ids`` that have one, read :data:`_GET_CHUNK` ids per HMGET (a 100,000-id HMGET
+        held Redis for 90 ms). A result no worker wrote (by hand: not JSON, a field of the wrong type) is
+        left out, and why goes in ``unreadable`` (id -> reason) when given."""
+        wanted = [ids] if isinstance(ids, str) else list(ids)  # one id, not its characters
+        out: dict[str, Result] = {}
+        for start in range(0, len(wanted), _GET_CHUNK):
+            chunk = wanted[start : start + _GET_CHUNK]
+            for i, r in zip(chunk, self.redis.hmget(self.keys.results, chunk), strict=True):
+                if r is None:
+                    continue
+                try:
+                    out[i] = Result.from_json(r)
+                except ValueError as exc:
+                    if unreadable is not None:
+                        unreadable[i] = str(exc)[:200]
+        return out
 
     def wait(
         self, ids: Iterable[str], timeout: float = 30.0, *, digests: Mapping[str, str] | None = None
@@ -247,6 +263,7 @@ class Client:
         and a ``P:events`` dead entry only when it names that payload's digest (or, from an older worker,
         no digests at all).
         """
+        _check_wait(timeout)
         expect = dict(digests or {})
         out = Waited(pending=set(ids))
         deadline = time.monotonic() + timeout
@@ -599,13 +616,39 @@ class Client:
         return out
 
 
+def _check_wait(timeout: float) -> None:
+    if not (isinstance(timeout, int | float) and 0 <= timeout <= MAX_WAIT_S):  # inf, nan: no deadline
+        raise ValueError(f"timeout must be 0..{MAX_WAIT_S} seconds, not {timeout!r}")
+
+
+def _chunks(items: Sequence[bytes], most: int, most_bytes: int) -> Iterator[Sequence[bytes]]:
+    """``items`` in order, in runs of at most ``most`` items and ``most_bytes`` bytes (one item over it
+    travels alone)."""
+    start, size = 0, 0
+    for end, item in enumerate(items):
+        if end > start and (end - start >= most or size + len(item) > most_bytes):
+            yield items[start:end]
+            start, size = end, 0
+        size += len(item)
+    if start < len(items):
+        yield items[start:]
+
+
 class HeadChanged(ValueError):
     """A head was judged against one published version and another is current by the time it is published."""
 
 
 def _json_object(raw: bytes | None) -> dict[str, Any]:
+    """A heartbeat's info: its values that are text, numbers or lists of them (what workers write); a
+    record written by hand (not JSON, nested thousands deep, a JSON array) reads as empty, never raises."""
     try:
         obj = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
-    return obj if isinstance(obj, dict) else {}
+    if not isinstance(obj, dict):
+        return {}
+    return {k: v for k, v in obj.items() if _flat(v) or (isinstance(v, list) and all(map(_flat, v)))}
+
+
+def _flat(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)

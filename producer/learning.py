@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer.scripts import source
-from producer.strictjson import finite_number
+from producer.strictjson import finite_number, may_hold_surrogate
 
 DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
 MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
@@ -71,10 +71,16 @@ class Correction:
 
     @classmethod
     def from_json(cls, ticket_id: str, raw: bytes | str) -> Correction:
-        """Raises ``ValueError`` on a record that is not a correction (written by hand, say)."""
-        obj = json.loads(raw)
+        """Raises ``ValueError`` on a record that is not a correction (written by hand, say: nested
+        thousands deep, a lone surrogate in its text)."""
+        try:
+            obj = json.loads(raw)
+        except RecursionError:
+            raise ValueError(f"correction for {ticket_id}: nested too deeply") from None
         if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ("label", "text")):
             raise ValueError(f"correction for {ticket_id}: no label or no text")
+        if may_hold_surrogate(raw) and not all(_utf8(v) for v in obj.values() if isinstance(v, str)):
+            raise ValueError(f"correction for {ticket_id}: a lone surrogate in a string")
         at = obj.get("at")
         at = finite_number(at) or 0.0
         by, was = opt_str(obj.get("by")), opt_str(obj.get("was"))
@@ -108,20 +114,31 @@ class HeadVersion:
         obj = json.loads(raw)
         if not isinstance(obj, dict):
             raise ValueError("a head version is a JSON object")
-        at, size, sha = float(obj.get("at", 0.0)), int(obj.get("bytes", 0)), str(obj.get("sha256", ""))
+        at, size, sha = float(obj.get("at", 0.0)), obj.get("bytes", 0), str(obj.get("sha256", ""))
         at = at if 0 <= at < 1e11 else 0.0  # 1e400 or -1 by hand: gmtime would raise
+        size = size if _number(size) and 0 <= size < 2**63 else 0  # 1e999 by hand: int() would raise
         gate = obj.get("gate")
-        numbers = ("candidate", "current")
-        if not isinstance(gate, dict) or not all(_number(gate.get(k)) for k in numbers if k in gate):
+        numbers = ("candidate", "current")  # both or neither: a reader of one reads the other
+        if not isinstance(gate, dict) or (
+            any(k in gate for k in numbers) and not all(_number(gate.get(k)) for k in numbers)
+        ):
             gate = None
         return cls(
             str(obj["version"]),
             at,
-            size,
+            int(size),
             sha,
             opt_str(obj.get("by")),
             gate,
         )
+
+
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _number(value: Any) -> bool:

@@ -101,6 +101,7 @@ from producer.strictjson import (
     dumps_strict,
     finite_number,
     loads_strict,
+    may_hold_surrogate,
 )
 
 __all__ = ["MAX_PAYLOAD_BYTES", "BadTicket"]  # the wire contract's, though they live in producer.strictjson
@@ -387,6 +388,11 @@ class Result:
             raise ValueError("not a result: nested too deeply") from None
         if not isinstance(obj, dict):
             raise ValueError(f"not a result: a JSON {_type_name(obj)}")
+        if may_hold_surrogate(raw):  # a "\ud800" escape no worker writes: text nobody can print
+            try:
+                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("not a result: a lone surrogate in a string") from None
         for key, kinds in _RESULT_TYPES.items():
             value = obj.get(key)
             if (value is None and key not in _RESULT_NEEDS) or (

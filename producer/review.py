@@ -11,6 +11,7 @@ NAME]`` read them through here. No torch.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -79,10 +80,10 @@ class ReviewItem:
         return {
             "id": self.id,
             **({"question": self.question} if self.question is not None else {}),
-            "margin": round(self.margin, 4),
-            "confidence": None if self.confidence is None else round(self.confidence, 4),
+            "margin": _rounded(self.margin),
+            "confidence": _rounded(self.confidence),
             "label": self.label,
-            "top": [{"label": k, "p": round(v, 4)} for k, v in self.top()],
+            "top": [{"label": k, "p": _rounded(v)} for k, v in self.top()],
             "text": self.text,
             "at": r.at if r else None,
             "head": a.get("head") if a else None,
@@ -177,3 +178,9 @@ def summary(
         scores = pipe.execute()
     times = [t for chunk in scores for t in chunk if t is not None]
     return size, (max(0.0, (now or time.time()) - min(times)) if times else None)
+
+
+def _rounded(value: float | None) -> float | None:
+    """Four places; None for no value or one no worker writes (a score of +inf set by hand would print
+    as ``Infinity``, which is not JSON)."""
+    return round(value, 4) if value is not None and math.isfinite(value) else None

@@ -38,6 +38,13 @@ class BadTicket(ValueError):
         self.reason = reason
 
 
+def may_hold_surrogate(raw: bytes | str) -> bool:
+    """Whether JSON text has a ``\\ud800``-style escape, the one way a lone surrogate gets into valid UTF-8
+    JSON (a pair is fine; the caller checks what it decoded)."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return _SURROGATE_ESCAPE.search(text) is not None
+
+
 def loads_strict(raw: bytes) -> Any:
     """Parse a payload the way every ticketq reader must, or raise :class:`BadTicket` with the reason.
 

@@ -1,0 +1,127 @@
+"""ticketq-producer and its client on records no ticketq command wrote (by hand, an older tool, a buggy
+producer in another language) and on arguments it cannot honour: one line or a skipped record, never a
+traceback, and no single command that holds the shared Redis (found by two audits)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import cast
+
+import pytest
+import redis
+from support import run_producer_cli as run_cli
+
+from producer import client as client_module
+from producer.client import Client, _chunks
+from producer.learning import HeadVersion
+from producer.protocol import Keys, Result
+
+pytestmark = pytest.mark.redis
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def result(tid: str, label: str = "billing") -> str:
+    return Result(tid, label, {label: 1.0}, "m", "d").to_json()
+
+
+def test_get_reads_in_bounded_chunks_and_names_an_unreadable_result_without_stopping(
+    redis_url: str, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One HMGET of 100,000 ids held Redis for 90 ms; a junk result stopped the whole command (and a push
+    --wait, after pushing) with a line that named no id; a lone surrogate in a result made it a crash."""
+    monkeypatch.setattr(client_module, "_GET_CHUNK", 2)
+    r.hset(keys.results, mapping={f"T-{i}": result(f"T-{i}") for i in range(5)})
+    r.hset(keys.results, "T-2", "not json")
+    r.hset(keys.results, "T-3", result("T-3").replace('"billing"', '"bill\\ud800ing"'))
+    c = Client(r, keys.prefix)
+    unreadable: dict[str, str] = {}
+    found = c.get_many((f"T-{i}" for i in range(6)), unreadable=unreadable)
+    assert sorted(found) == ["T-0", "T-1", "T-4"]
+    assert sorted(unreadable) == ["T-2", "T-3"] and "lone surrogate" in unreadable["T-3"]
+    assert c.get_many("T-0") == {"T-0": found["T-0"]}  # one id, not its characters
+    code, out, err = run_cli(redis_url, keys, "get", "T-0", "T-2", "T-5")
+    assert code == 1 and [json.loads(line)["id"] for line in out.splitlines()] == ["T-0"]
+    assert "result for T-2 is unreadable: " in err and "no result for T-5" in err
+
+
+def test_pushes_are_split_by_bytes_as_well_as_by_count() -> None:
+    """1,000 tickets of 64 KB made one 64 MB LPUSH (230 ms of Redis)."""
+    items = [b"x" * 400] * 5 + [b"y" * 2000, b"z"]
+    assert [len(c) for c in _chunks(items, 3, 1000)] == [2, 2, 1, 1, 1]
+    assert [b"".join(c) for c in _chunks(items, 3, 1000)][-2:] == [b"y" * 2000, b"z"]  # alone, in order
+    assert list(_chunks([], 3, 1000)) == []
+
+
+def test_a_wait_it_cannot_keep_and_an_empty_id_are_refused_before_anything_moves(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """push --wait --timeout inf pushed, then crashed (OverflowError): a retry made duplicate-id letters;
+    requeue-dead --id '' (an unset shell variable) replayed every letter."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "text": "hello"}\n')
+    code, _, err = run_cli(redis_url, keys, "push", str(path), "--wait", "--timeout", "inf")
+    assert code == 2 and "timeout" in err and r.llen(keys.tickets) == 0
+    with pytest.raises(ValueError, match="timeout must be"):
+        Client(r, keys.prefix).push_and_wait([{"id": "a", "text": "hello"}], timeout=float("nan"))
+    assert r.llen(keys.tickets) == 0
+    r.lpush(
+        keys.dead, json.dumps({"reason": "engine error: x", "payload": '{"id":"d","text":"x"}', "id": "d"})
+    )
+    code, _, err = run_cli(redis_url, keys, "requeue-dead", "--id", "")
+    assert code == 2 and "id: must be a ticket id" in err and r.llen(keys.dead) == 1
+
+
+def test_heads_stats_corrections_and_review_read_past_records_no_worker_wrote(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    r.lpush(
+        keys.heads,
+        json.dumps({"version": "1", "at": 1.0, "bytes": 1e999, "sha256": "ab", "gate": {"candidate": 0.5}}),
+    )
+    entry = HeadVersion.from_json(cast(bytes, r.lindex(keys.heads, 0)))
+    assert (entry.size, entry.gate) == (0, None)  # 1e999 bytes read as none; a gate missing one side left out
+    code, out, _ = run_cli(redis_url, keys, "heads")
+    assert code == 0 and out.splitlines()[1].split()[0] == "1"
+    r.sadd(keys.workers, "w1", "w2")
+    r.set(keys.heartbeat("w1"), json.dumps({"model": json.loads("[" * 600 + "]" * 600), "host": "h"}))
+    r.set(keys.heartbeat("w2"), deep)
+    for flags in ((), ("--json",)):
+        code, out, _ = run_cli(redis_url, keys, "stats", *flags)
+        assert code == 0 and "2" in out
+    r.hset(keys.labels, mapping={"T-1": deep, "T-2": json.dumps({"label": "a", "text": "t", "at": 1.0})})
+    code, out, _ = run_cli(redis_url, keys, "corrections")
+    assert code == 0 and [json.loads(line)["id"] for line in out.splitlines()] == ["T-2"]
+    r.hset(keys.results, "R-1", result("R-1"))
+    r.zadd(keys.review, {"R-1": float("inf")})
+    code, out, _ = run_cli(redis_url, keys, "review")
+    assert code == 0 and json.loads(out)["margin"] is None  # "Infinity" is not JSON
+
+
+def test_a_lone_surrogate_in_a_record_is_printed_escaped_not_a_crash(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    r.lpush(
+        keys.heads, json.dumps({"version": "1", "at": 1.0, "bytes": 3, "sha256": "ab", "by": "al\ud800ice"})
+    )
+    cmd = [sys.executable, "-m", "producer", "--redis-url", redis_url, "--prefix", keys.prefix, "heads"]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, timeout=60, env={**os.environ, "PYTHONIOENCODING": "utf-8"}
+    )
+    assert done.returncode == 0 and b"al\\ud800ice" in done.stdout, done.stderr
+
+
+def test_publish_head_reads_a_file_only_up_to_the_bound(
+    redis_url: str, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """publish-head /dev/zero read until memory ran out (MemoryError, a traceback)."""
+    from producer import cli
+
+    monkeypatch.setattr(cli, "MAX_HEAD_BYTES", 1000)
+    monkeypatch.setattr(client_module, "MAX_HEAD_BYTES", 1000)
+    code, _, err = run_cli(redis_url, keys, "publish-head", "/dev/zero")
+    assert code == 2 and "head too large: 1001 bytes > 1000" in err and not r.exists(keys.head)
