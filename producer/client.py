@@ -130,13 +130,18 @@ def encode(ticket: Ticket | Mapping[str, Any], *, stamp: float | None = None) ->
     if isinstance(ticket, Ticket):
         if stamp is not None and ticket.enqueued_at is None:
             ticket = Ticket(ticket.id, ticket.text, ticket.fields, enqueued_at=stamp)
-        raw = ticket.to_json()
+        try:
+            raw = ticket.to_json()
+        except RecursionError:
+            raise BadTicket("nested too deeply") from None
     else:
         extra = {} if stamp is None or "enqueued_at" in ticket else {"enqueued_at": stamp}
         try:
             raw = json.dumps({"v": VERSION, **ticket, **extra}, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise BadTicket(f"not JSON-serialisable: {exc}") from None
+        except RecursionError:  # a field nested thousands deep: the worker's limit is far below
+            raise BadTicket("nested too deeply") from None
     payload = raw.encode("utf-8", "surrogatepass")
     return payload, decode_ticket(payload)
 
@@ -177,7 +182,9 @@ class Client:
         return cls(redis.Redis.from_url(url, **kwargs), prefix)
 
     def push(self, tickets: Iterable[Ticket | Mapping[str, Any]]) -> list[str]:
-        """Validate every ticket, then LPUSH them all (pipelined). Returns their ids, in order.
+        """Validate every ticket, then LPUSH them all (pipelined). Returns their ids, in order, each once
+        (a second ticket with an id pushed here ends as a ``duplicate id`` letter, unless it is the same
+        payload).
 
         Nothing is pushed if any ticket is invalid: the exception names the first bad one.
         """

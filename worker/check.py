@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from producer import config
 from producer.client import mask_url
-from producer.config import at_least, option, setting
+from producer.config import between, option, setting
 from producer.exitcodes import Exit
 from producer.options import RedisOptions
 from producer.protocol import Keys, cluster_prefix
@@ -31,7 +31,7 @@ class CheckOptions(RedisOptions):
     worker_id: str | None = setting(
         None, help="the worker to check", shown="any worker whose heartbeat names this host"
     )
-    timeout: float = option(5.0, help="Redis socket timeout in seconds", check=at_least(0.1))
+    timeout: float = option(5.0, help="Redis socket timeout in seconds", check=between(0.1, 3600))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from support import run_producer_cli as run_cli
 from producer import client as client_module
 from producer.client import Client, _chunks
 from producer.learning import HeadVersion
-from producer.protocol import Keys, Result
+from producer.protocol import BadTicket, Keys, Result
 
 pytestmark = pytest.mark.redis
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,3 +125,21 @@ def test_publish_head_reads_a_file_only_up_to_the_bound(
     monkeypatch.setattr(client_module, "MAX_HEAD_BYTES", 1000)
     code, _, err = run_cli(redis_url, keys, "publish-head", "/dev/zero")
     assert code == 2 and "head too large: 1001 bytes > 1000" in err and not r.exists(keys.head)
+
+
+def test_a_field_nested_thousands_deep_is_a_bad_ticket_not_a_recursion_error(
+    r: redis.Redis, keys: Keys
+) -> None:
+    field: list = []
+    for _ in range(5000):
+        field = [field]
+    with pytest.raises(BadTicket, match="nested too deeply"):
+        Client(r, keys.prefix).push([{"id": "a", "text": "t"}, {"id": "b", "text": "t", "f": field}])
+    assert r.llen(keys.tickets) == 0
+
+
+def test_the_health_check_refuses_a_timeout_it_cannot_keep(capsys: pytest.CaptureFixture[str]) -> None:
+    from worker import cli
+
+    assert cli.main(["check", "--timeout", "inf", "--redis-url", "redis://127.0.0.1:6379/0"]) == 2
+    assert "timeout: must be 0.1..3600" in capsys.readouterr().err
