@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 import time
+import unicodedata
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -449,6 +450,9 @@ class Client:
         if not message.startswith("TICKETQ unknown label "):
             return ""
         close = closest_labels(label, self.labels_of(question))
+        composed = unicodedata.normalize("NFC", label)
+        for same in (c for c in close if unicodedata.normalize("NFC", c) == composed):  # looks identical
+            return f"; {same!r} is spelt with other code points ({label!a} against {same!a})"
         return f"; did you mean {' or '.join(close)}?" if close else ""
 
     def labels_of(self, question: str | None = None, *, also: Iterable[str] = ()) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +37,13 @@ PUBLISH_HEAD_SCRIPT = source("producer", "publish_head.lua")
 
 
 def closest_labels(label: str, known: Iterable[str], most: int = 3) -> list[str]:
-    """The labels of ``known`` closest to ``label``, a near miss of one of them (case, ``_`` and ``-``
-    folded: "card arrival" for ``card_arrival``), closest first; none when nothing is near. For the hint
-    after an unknown label, in a taxonomy of dozens of intents."""
+    """The labels of ``known`` closest to ``label``, a near miss of one of them (case, ``_``, ``-`` and the
+    Unicode normal form folded: "card arrival" for ``card_arrival``, a decomposed "café" for the task's
+    composed one), closest first; none when nothing is near. For the hint after an unknown label, in a
+    taxonomy of dozens of intents."""
 
     def fold(name: str) -> str:
-        return name.casefold().replace("_", " ").replace("-", " ").strip()
+        return unicodedata.normalize("NFC", name).casefold().replace("_", " ").replace("-", " ").strip()
 
     folded = {fold(name): name for name in known}
     return [folded[k] for k in difflib.get_close_matches(fold(label), list(folded), n=most, cutoff=0.75)]

@@ -190,7 +190,10 @@ def run(ns: argparse.Namespace) -> int:
             published = redis_client.current_head(question)
             good = redis_client.last_good_head(question)
         ids = [it.id for it in items]
-        check_labels(items, question_labels)  # every ticket labelled, with one of the task's labels
+        try:  # every ticket labelled, with one of the task's labels
+            check_labels(items, question_labels)
+        except DataError as exc:  # named by where the rows came from: a file, corrections, both
+            raise DataError(f"{source or base}: {exc}") from None
         # the flag, else the asked question's own key ([questions.NAME] auto_accuracy, or the task's)
         auto_accuracy = args.accuracy.auto_accuracy
         if auto_accuracy is None:

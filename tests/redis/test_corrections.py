@@ -576,6 +576,11 @@ def test_a_label_outside_a_trimmed_results_scores_is_a_correction_and_a_near_mis
         LabelError, match=r"unknown label Card arrival \(labels: .*\); did you mean card_arrival\?$"
     ):
         client.label("T-8", "Card arrival")
+    publish_labels(RedisQueue(r, keys, "w1"), [*intents, "caf\u00e9"])
+    with pytest.raises(
+        LabelError, match=r"'café' is spelt with other code points \('cafe\\u0301' against 'caf\\xe9'\)$"
+    ):
+        client.label("T-8", "cafe\u0301")  # a decomposed é: the same letters to the eye
     with pytest.raises(
         LabelError, match=r"unknown label parking \(labels: [^;]*\)$"
     ):  # nothing near: no hint

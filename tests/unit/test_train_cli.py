@@ -32,6 +32,8 @@ def test_bad_training_data_is_one_line_and_exit_2(
     assert code == 2
     assert message in err and err.count("\n") == 1 and err.startswith("ticketq-worker train: ")
     assert not (tmp_path / "h.safetensors").exists()
+    if "labels not in the task" in message:  # which file holds them
+        assert err.startswith(f"ticketq-worker train: {tickets}: labels not in the task")
 
 
 def test_missing_file_and_bad_task_are_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
