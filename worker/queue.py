@@ -378,10 +378,7 @@ class RedisQueue:
             if not self.redis.exists(self.keys.heartbeat(wid)):
                 try:
                     done = self._recover_one(wid)
-                except (
-                    TransientError,
-                    FatalError,
-                ):  # the keys it shares with this worker: its own problem too
+                except (TransientError, FatalError):  # fatal: a key it shares with this worker
                     raise
                 except Exception as exc:  # one worker's list must not stop every other's recovery
                     self.recovery_errors[wid] = f"{type(exc).__name__}: {exc}"[:500]
