@@ -29,6 +29,7 @@ from producer.learning import (
     HeadVersion,
     closest_labels,
     label_problem,
+    read_head,
 )
 from producer.protocol import (
     DEFAULT_PREFIX,
@@ -598,23 +599,12 @@ class Client:
 
     def current_head(self, question: str | None = None) -> tuple[str, bytes] | None:
         """(version, bytes) of the published head, or ``None`` when none was published."""
-        version, data = self.redis.hmget(self.keys.asking(question).head, ["version", "data"])
-        if not isinstance(version, bytes) or not isinstance(data, bytes):
-            return None
-        return version.decode("utf-8", "replace"), data  # a version written by hand is still shown
+        return read_head(self.redis, self.keys.asking(question).head)
 
     def last_good_head(self, question: str | None = None) -> tuple[str, bytes] | None:
         """(version, bytes) of the newest published head a worker loaded (``P:head:good``): what workers
         serve while they refuse the current one; ``None`` when no worker has loaded one."""
-        try:
-            version, data = self.redis.hmget(self.keys.asking(question).head_good, ["version", "data"])
-        except redis.ResponseError as exc:  # a key no worker wrote: no last good head
-            if "WRONGTYPE" not in str(exc):
-                raise
-            return None
-        if not isinstance(version, bytes) or not isinstance(data, bytes):
-            return None
-        return version.decode("utf-8", "replace"), data
+        return read_head(self.redis, self.keys.asking(question).head_good)
 
     def head_versions(self, question: str | None = None) -> list[HeadVersion]:
         """The publish history, newest first (at most ``HEADS_KEPT``)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from producer.scripts import source
-from producer.strictjson import finite_number, may_hold_surrogate
+from producer.strictjson import encodable, finite_number, may_hold_surrogate
 
 DEFAULT_KEEP_TEXT_S = 7 * 24 * 3600  # how long workers keep each ticket's text (P:text:<id>)
 MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
@@ -81,7 +81,7 @@ class Correction:
             raise ValueError(f"correction for {ticket_id}: nested too deeply") from None
         if not isinstance(obj, dict) or not all(isinstance(obj.get(k), str) for k in ("label", "text")):
             raise ValueError(f"correction for {ticket_id}: no label or no text")
-        if may_hold_surrogate(raw) and not all(_utf8(v) for v in obj.values() if isinstance(v, str)):
+        if may_hold_surrogate(raw) and not all(encodable(v) for v in obj.values() if isinstance(v, str)):
             raise ValueError(f"correction for {ticket_id}: a lone surrogate in a string")
         at = obj.get("at")
         at = finite_number(at) or 0.0
@@ -135,14 +135,6 @@ class HeadVersion:
         )
 
 
-def _utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -189,3 +181,18 @@ def head_metadata(data: bytes) -> dict[str, Any]:
     if not isinstance(out, dict):
         raise ValueError("ticketq metadata that is not a JSON object")
     return out
+
+
+def read_head(client: Any, key: str) -> tuple[str, bytes] | None:
+    """(version, bytes) of a head hash (``P:head``, ``P:head:good``), or None: absent, without both
+    fields, or a key of another type (by hand). A version written by hand that is not UTF-8 is shown
+    replaced, never raised on."""
+    try:
+        version, data = client.hmget(key, ["version", "data"])
+    except Exception as exc:  # redis.ResponseError (redis is not imported here: the engine imports this)
+        if "WRONGTYPE" not in str(exc):
+            raise
+        return None
+    if not isinstance(version, bytes) or not isinstance(data, bytes):
+        return None
+    return version.decode("utf-8", "replace"), data

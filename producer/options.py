@@ -17,6 +17,7 @@ import redis
 
 from producer.config import Check, problems, setting
 from producer.protocol import DEFAULT_PREFIX
+from producer.strictjson import encodable
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 SCHEMES = ("redis", "rediss", "unix")
@@ -26,15 +27,7 @@ def plain_text(value: str) -> bool:
     """Non-empty, encodable as UTF-8 (no lone surrogates from undecodable bytes in an environment
     variable or argument), printable, without spaces: what a key prefix or a worker id may be (each is
     shown in tables and logs, and ends up in key names)."""
-    return bool(value) and " " not in value and value.isprintable() and _utf8(value)
-
-
-def _utf8(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return bool(value) and " " not in value and value.isprintable() and encodable(value)
 
 
 _DB_PATH = re.compile(r"/?[0-9]*")
@@ -45,7 +38,7 @@ def url_problem(url: str, cluster: bool = False) -> str | None:
 
     redis-py reads ``redis://127.0.0.1:6379/notadb`` as db 0, silently; and its message for a password
     with ``/`` in it quotes the password."""
-    if not (_utf8(url) and url.isprintable()):
+    if not (encodable(url) and url.isprintable()):
         return "not UTF-8 text, or it holds control characters"
     try:
         parts = urlsplit(url)

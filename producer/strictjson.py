@@ -38,6 +38,16 @@ class BadTicket(ValueError):
         self.reason = reason
 
 
+def encodable(value: str) -> bool:
+    """Whether ``value`` can be written as UTF-8: no lone surrogate (from undecodable bytes in an
+    argument or environment variable, or a ``\\ud800`` escape in JSON)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def may_hold_surrogate(raw: bytes | str) -> bool:
     """Whether JSON text has a ``\\ud800``-style escape, the one way a lone surrogate gets into valid UTF-8
     JSON (a pair is fine; the caller checks what it decoded)."""

@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from producer import scripts
+from producer.learning import read_head
 from producer.protocol import Keys
 from worker.connection import transient
 from worker.contract import TakesHeads
@@ -99,15 +100,7 @@ class HeadWatch:
 
     @transient
     def _last_good(self, question: str | None) -> tuple[str, bytes] | None:
-        try:
-            version, data = self.redis.hmget(self.keys.asking(question).head_good, ["version", "data"])
-        except redis.ResponseError as exc:  # a key no worker wrote: no last good head
-            if "WRONGTYPE" not in str(exc):
-                raise
-            return None
-        if not isinstance(version, bytes) or not isinstance(data, bytes):
-            return None
-        return version.decode("utf-8", "replace"), data
+        return read_head(self.redis, self.keys.asking(question).head_good)
 
     def _fall_back(self, question: str | None, refused: str) -> bool:
         """After ``refused`` (the current version) was refused: load the last good head, unless it is the
