@@ -50,8 +50,8 @@ class Settings(RedisOptions):
     drain: int = setting(
         256,
         help="most tickets claimed at once, then sorted and packed together",
-        # the bound keeps a dead worker's recovery (one script over what it held) to tens of milliseconds
-        check=between(1, 10_000),
+        # the bound keeps a dead worker's recovery (one script over what it held) near 10 ms of Redis
+        check=between(1, 2_000),
     )
     max_wait_ms: int = setting(
         50, help="after the first ticket arrives, keep filling a drain this long", check=between(0, 60_000)

@@ -490,3 +490,35 @@ def test_a_result_nested_thousands_deep_is_no_crash_the_first_result_stands(
     (raw,) = q.claim(1, max_wait_s=0)
     report = q.ack([finished(raw)], [])
     assert [d.reason for d in report.dead] == ["duplicate id"]
+
+
+def test_a_large_drain_is_acknowledged_in_bounded_transactions(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slow-command audit: a 10,000-ticket ack was one transaction holding Redis for about 90 ms; it is
+    ACK_STEP tickets a transaction now, every ticket's result and release still together."""
+    monkeypatch.setattr(queue_module, "ACK_STEP", 3)
+    r.lpush(keys.tickets, *[payload(i) for i in range(8)], b"junk")
+    claimed = q.claim(10, max_wait_s=0)
+    events = r.pubsub()
+    events.subscribe(keys.events)
+    report = q.ack([finished(p) for p in claimed[:8]], [Rejected(b"junk", DeadLetter("not JSON", b"junk"))])
+    assert sorted(report.written) == sorted(f"t{i}" for i in range(8)) and len(report.dead) == 1
+    assert r.hlen(keys.results) == 8 and r.llen(keys.dead) == 1 and r.llen(keys.inflight("w1")) == 0
+    published = [m for m in iter(lambda: events.get_message(timeout=0.5), None) if m["type"] == "message"]
+    assert len(published) == 3  # one event a transaction: 3 + 3 + 3 tickets
+
+
+def test_a_review_queue_far_over_its_bound_is_cut_a_thousand_an_ack(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    """Slow-command audit: a P:review of 110,000 ids (an older version, by hand) was cut to the bound in one
+    ZREMRANGEBYRANK of 50 ms inside the ack's transaction."""
+    from producer.protocol import MAX_REVIEW
+
+    r.zadd(keys.review, {f"old{i}": 0.5 + i / 1e6 for i in range(MAX_REVIEW + 2500)})
+    r.lpush(keys.tickets, payload(1))
+    (raw,) = q.claim(1, max_wait_s=0)
+    done = finished(raw)
+    q.ack([Finished(done.raw, done.ticket, replace(done.result, review=True))], [])
+    assert r.zcard(keys.review) == MAX_REVIEW + 2500 + 1 - 1000
