@@ -105,6 +105,8 @@ class HeadWatch:
     def _fall_back(self, question: str | None, refused: str) -> bool:
         """After ``refused`` (the current version) was refused: load the last good head, unless it is the
         refused one or the one being served already. True when loaded."""
+        if not isinstance(self.classifier, TakesHeads):  # refused for that already: said once
+            return False
         good = self._last_good(question)
         if good is None or good[0] in (refused, self.serving.get(question)):
             return False
