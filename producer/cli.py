@@ -37,10 +37,8 @@ from producer.protocol import BadTicket
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    for stream in (
-        sys.stdout,
-        sys.stderr,
-    ):  # a lone surrogate in a record written by hand: \udxxx, not a crash
+    # a lone surrogate in a record written by hand is printed as \udxxx, never a crash
+    for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
