@@ -138,6 +138,7 @@ class Item:
     id: str
     text: str
     label: str | None = None  # the expected class, when the file has one
+    named: bool = True  # False: the file gave no id, ``id`` is the row's line ("line 7")
 
 
 ITEM_COLUMNS = ("text",)  # what a CSV of tickets to train, score or time on must name (id optional)
@@ -168,4 +169,4 @@ def _item(where: str, row: dict[str, object], line: str) -> Item:
         raise FileError(f"{where}: missing or empty text")
     if label is not None and not isinstance(label, str):
         raise FileError(f"{where}: label must be a string")
-    return Item(tid.strip(), text.strip(), label.strip() if label else None)
+    return Item(tid.strip(), text.strip(), label.strip() if label else None, named="id" in row)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from producer import config
@@ -153,15 +153,23 @@ def stream_texts(
     return [text for _, text in source.kept_texts(limit, skip=set(known_ids), accept=new)]
 
 
-def training_set(corrections: Iterable[Correction], rows: Sequence[tuple[str, str, str]] = ()) -> TrainingSet:
+def training_set(
+    corrections: Iterable[Correction],
+    rows: Sequence[tuple[str, str, str]] = (),
+    unnamed: Collection[str] = (),
+) -> TrainingSet:
     """File ``rows`` (id, text, label) then the corrections; a correction replaces the row with its id.
+    ``unnamed``: ids of rows the file gave none (named by their line, ``line 7``): no correction replaces
+    one (a ticket whose id is ``line 7`` is another ticket), it joins beside it.
 
     The labels are checked against the task by the trainer (``check_training_labels``), not here."""
-    by_id: dict[str, tuple[str, str, Correction | None]] = {tid: (text, lab, None) for tid, text, lab in rows}
+    by_key: dict[tuple[bool, str], tuple[str, str, Correction | None]] = {
+        (tid in unnamed, tid): (text, lab, None) for tid, text, lab in rows
+    }
     for c in corrections:
-        by_id[c.id] = (c.text, c.label, c)
+        by_key[False, c.id] = (c.text, c.label, c)
     out = TrainingSet()
-    for tid, (text, label, correction) in by_id.items():
+    for (_, tid), (text, label, correction) in by_key.items():
         if correction is not None:
             out.corrected[len(out.texts)] = correction.was
         out.ids.append(tid)

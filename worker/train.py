@@ -180,7 +180,10 @@ def run(ns: argparse.Namespace) -> int:
             redis_client = corrections.client(store)
         if store.from_redis:
             rows = [(it.id, it.text, it.label or "") for it in items]
-            found = corrections.training_set(corrections.read_corrections(redis_client, question), rows)
+            unnamed = {it.id for it in items if not it.named}  # "line 7": no ticket's id, never replaced
+            found = corrections.training_set(
+                corrections.read_corrections(redis_client, question), rows, unnamed
+            )
             items = [Item(i, t, lab) for i, t, lab in zip(found.ids, found.texts, found.labels, strict=True)]
             corrected = found.corrected
             source = f"{found.from_redis} corrections from Redis" + (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -63,6 +64,24 @@ def test_training_set_needs_data_and_lets_corrections_replace_file_rows() -> Non
     data = training_set([Correction("f1", "billing", "new text")], rows)
     assert data.texts == ["new text", "text"] and data.counts() == {"billing": 2}
     assert (data.from_redis, data.from_file) == (1, 1)
+
+
+def test_a_correction_never_replaces_a_row_its_file_named_by_line(tmp_path: Path) -> None:
+    """Noticed before: rows of a base file without ids are named ``line N``; a correction for a ticket whose
+    id is literally ``line 2`` replaced that unrelated row. It joins beside it now."""
+    from producer.files import ITEM_COLUMNS, items_of, parse
+
+    path = tmp_path / "base.csv"
+    path.write_text("text,label\nmy card is lost,lost_card\nrefund please,refunds\n", encoding="utf-8")
+    items = items_of(parse(path.read_text(), name=str(path), columns=ITEM_COLUMNS), path)
+    assert [(it.id, it.named) for it in items] == [("line 2", False), ("line 3", False)]
+    rows = [(it.id, it.text, it.label or "") for it in items]
+    unnamed = {it.id for it in items if not it.named}
+    data = training_set([Correction("line 2", "billing", "charged twice")], rows, unnamed)
+    assert data.texts == ["my card is lost", "refund please", "charged twice"]
+    assert data.corrected == {2: None} and (data.from_redis, data.from_file) == (1, 2)
+    named = training_set([Correction("line 2", "billing", "charged twice")], rows)  # ids from the file
+    assert named.texts == ["charged twice", "refund please"]
 
 
 def test_corrections_are_added_to_the_tasks_base_data_unless_asked_otherwise() -> None:
