@@ -73,6 +73,10 @@ local function replayable(letter)
   return nil
 end
 
+-- The keys it writes, each of the wrong type (by hand), fail here, before a letter is overwritten by its
+-- tombstone: a script is not rolled back, and the letter would be gone with its payload nowhere.
+redis.call('LLEN', KEYS[2])
+redis.call('HEXISTS', KEYS[3], '')
 local len = redis.call('LLEN', KEYS[1])
 if skip >= len then return {{}, skip, 1} end
 local ids, moved, looked, bytes = {}, 0, 0, 0

@@ -82,15 +82,17 @@ class HeadWatch:
         """
         loaded = False
         for question, version, data in self._changed():
-            if question is None:
-                self.seen = version
-            else:
-                self.seen_q[question] = version
             if self._load(question, version, data):
                 loaded = True
                 self._kept(question, version)
             else:
                 loaded |= self._fall_back(question, version)
+            # seen once the whole step is done: a Redis error in the keep or the fallback (retried by the
+            # caller) finds the version still new, and does it again
+            if question is None:
+                self.seen = version
+            else:
+                self.seen_q[question] = version
         return loaded
 
     @transient

@@ -357,8 +357,8 @@ class RedisQueue:
         if unsure := {f.result.id: review_margin(f.result.scores) for f in report.fresh if f.result.review}:
             placing.mark(pipe, self.keys.review)
             pipe.zadd(self.keys.review, unsure)
-            # past the bound, the largest margins go: a thousand an ack at most (a queue far over it, left
-            # by hand or an older version, cost 50 ms in one command)
+            # past the bound (the largest margins), ids go: a thousand an ack at most (a queue far over it,
+            # left by hand or an older version, cost 50 ms in one command)
             pipe.zremrangebyrank(self.keys.review, MAX_REVIEW, MAX_REVIEW + _REVIEW_CUT - 1)
         for question, margins in _unsure_answers(report.fresh).items():  # each question's own queue
             self.questions.setdefault(question)

@@ -19,6 +19,11 @@ local function attempts_of(value)
   return 0
 end
 if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return {'alive', 0, 0} end
+-- The keys it writes, each of the wrong type (by hand), fail here, before the first write: a script is
+-- not rolled back, and a failure after some requeues would requeue them again at every retry.
+redis.call('LLEN', KEYS[4])
+redis.call('HEXISTS', KEYS[5], '')
+redis.call('LLEN', KEYS[6])
 local bound = tonumber(ARGV[4])
 local held = redis.call('LRANGE', KEYS[3], 0, -1)
 if #held * 4 ~= #ARGV - 4 then return {'changed', 0, 0} end

@@ -8,9 +8,10 @@
 --   queue plus the LTRIM's removals;
 --   the worker calls it with 500 (1,000 took 5-10 ms on a loaded 2-core EPYC, most of it the HDEL and
 --   ZREMs of that many members). Returns results deleted.
--- A review queue of the wrong type (by hand) fails here, before anything is deleted (a script is not
+-- A review queue or P:dead of the wrong type (by hand) fails here, before anything is deleted (a script is not
 -- rolled back): with the commands the worker's ACL grants, O(log n) each.
 for k = 4, #KEYS do redis.call('ZRANGEBYSCORE', KEYS[k], '+inf', '+inf', 'LIMIT', 0, 1) end
+redis.call('LLEN', KEYS[3])
 local n = 0
 if ARGV[1] ~= '' then
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))

@@ -110,7 +110,10 @@ def test_the_acls_in_the_threat_model_work_as_written(
     keys = Keys("ticketq")
     admin.sadd(keys.workers, "ghost")  # a dead peer's claim: recovery runs as the worker user too
     admin.lpush(keys.inflight("ghost"), b'{"id": "g1", "text": "billing: left behind"}')
-    worker = fleets(url("ticketq-worker"), "--heartbeat-s", "1", prefix="ticketq", name_clients=False).spawn()
+    # --review-below 1: every result is marked for review, so the ack's review-queue commands run too
+    # (ZREMRANGEBYRANK was missing from the line: every worker exited at its first uncertain ticket)
+    flags = ("--heartbeat-s", "1", "--review-below", "1")
+    worker = fleets(url("ticketq-worker"), *flags, prefix="ticketq", name_clients=False).spawn()
     waiter = Client.from_url(url("ticketq-waiter"), prefix="ticketq")
     waited = waiter.push_and_wait([{"id": f"a{n}", "text": "account: locked out"} for n in range(10)], 20)
     assert len(waited.results) == 10 and waited.complete
@@ -136,6 +139,7 @@ def test_the_acls_in_the_threat_model_work_as_written(
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0
+    assert admin.zcard(keys.review) == 11  # written as the worker user
     # the head watch, keeping the last good head and falling back to it, as the worker user
     from worker.connection import connect
     from worker.headwatch import HeadWatch

@@ -648,3 +648,24 @@ def test_a_key_of_the_wrong_type_fails_label_and_publish_before_they_write(
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         client.publish_head(b"account")
     assert not r.exists(keys.head) and not r.exists(keys.head_seq)
+
+
+def test_a_redis_error_while_keeping_the_head_is_retried_not_forgotten(r: redis.Redis, keys: Keys) -> None:
+    """Review: the version was marked seen before the keep (or the fallback) ran, so a Redis error there,
+    retried by the service, found nothing new and the last good head was never kept."""
+    from worker.errors import TransientError
+
+    watch, client = HeadWatch(r, keys, AskingClassifier()), Client(r, keys.prefix)
+    keep, calls = watch._keep, []
+
+    def flaky(**kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise redis.ConnectionError("reset by peer")
+        return keep(**kw)
+
+    watch._keep = flaky
+    client.publish_head(b"t1")
+    with pytest.raises(TransientError):
+        watch.check()
+    assert watch.check() is True and r.hget(keys.head_good, "version") == b"1"

@@ -54,15 +54,17 @@ def test_results_older_than_the_retention_are_trimmed_and_dead_letters_capped(
     assert forever.trim(now + 10**9) == 0 and r.hlen(keys.results) == 1
 
 
-def test_a_review_queue_of_the_wrong_type_fails_the_trim_before_it_deletes(
-    r: redis.Redis, keys: Keys
+@pytest.mark.parametrize("key", ["review", "dead"])
+def test_a_review_queue_or_dead_list_of_the_wrong_type_fails_the_trim_before_it_deletes(
+    r: redis.Redis, keys: Keys, key: str
 ) -> None:
-    """Audit: trim.lua deleted the due results, then failed on a P:review turned into a string: a script
-    is not rolled back. It fails first now, deleting nothing (the worker exits 4 naming the cause)."""
-    q = RedisQueue(r, keys, "w1", keep_results_s=100)
+    """Audit: trim.lua deleted the due results, then failed on a P:review (or P:dead) turned into a string:
+    a script is not rolled back. It fails first now, deleting nothing (the worker exits 4 naming the
+    cause)."""
+    q = RedisQueue(r, keys, "w1", keep_results_s=100, max_dead=10)
     r.hset(keys.results, "x", "{}")
     r.zadd(keys.done, {"x": 1.0})
-    r.set(keys.review, "by hand")
+    r.set(getattr(keys, key), "by hand")
     with pytest.raises(FatalError, match="WRONGTYPE"):
         q.trim(time.time())
     assert r.hlen(keys.results) == 1 and r.zcard(keys.done) == 1
@@ -240,3 +242,14 @@ def test_a_replay_near_the_new_end_removes_its_letters_from_that_end(r: redis.Re
     assert left == ["t9", "t7", "t6", "t5", "t4", "t3", "t2", "t1", "t0"]
     assert Client(r, keys.prefix).requeue_dead(ticket_id="t1") == ["t1"]  # near the old end
     assert [DeadLetter.from_json(x).id for x in r.lrange(keys.dead, 0, -1)] == [i for i in left if i != "t1"]
+
+
+def test_a_replay_onto_an_input_of_the_wrong_type_loses_no_letter(r: redis.Redis, keys: Keys) -> None:
+    """Review: requeue_dead.lua overwrote the letter with its tombstone, then failed to push onto a
+    P:tickets of the wrong type: the letter was gone and its payload nowhere. It fails first now."""
+    letter = DeadLetter("engine error: x", payload(1), id="t1").to_json()
+    r.lpush(keys.dead, letter)
+    r.set(keys.tickets, "by hand")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        Client(r, keys.prefix).requeue_dead()
+    assert r.lrange(keys.dead, 0, -1) == [letter.encode()]

@@ -450,10 +450,15 @@ def test_a_worker_id_that_is_not_utf8_or_a_foreign_in_flight_key_stops_no_recove
     )
     assert errors["b'\\xff\\xfeghost'"].startswith("worker id is not UTF-8")
     r.set(keys.dead, "junk")  # a key the recovering worker shares is its own problem: still fatal
-    r.lpush(keys.inflight("gone2"), payload(2))
+    r.lpush(keys.inflight("gone2"), payload(3), payload(2))
+    r.hset(keys.attempts, payload_digest(payload(3)), "1")
     r.sadd(keys.workers, "gone2")
-    with pytest.raises(FatalError, match="WRONGTYPE"):
-        RedisQueue(r, keys, "w1", max_attempts=1).recover()
+    for _ in range(2):  # ... and fails before its first write (review: it requeued, then failed, again)
+        with pytest.raises(FatalError, match="WRONGTYPE"):
+            RedisQueue(r, keys, "w1", max_attempts=2).recover()
+    assert r.llen(keys.inflight("gone2")) == 2 and r.lrange(keys.tickets, 0, -1) == [payload(1)]
+    assert r.hget(keys.attempts, payload_digest(payload(2))) is None
+    assert r.hget(keys.attempts, payload_digest(payload(3))) == b"1"
 
 
 @pytest.mark.parametrize("key", ["dead", "done", "review"])
