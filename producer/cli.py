@@ -266,10 +266,13 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     print(f"workers    {stats.alive} alive of {len(stats.workers)}")
     if stats.workers:
         width = max(len("WORKER"), *(len(w.id) for w in stats.workers))
-        print(f"  {'WORKER':<{width}}  {'ALIVE':<5}  {'IN-FLIGHT':>9}  MODEL")
+        # HEAD: the published head version each serves (-: its task's own, or none): a fleet that
+        # disagrees after a publish shows it here
+        print(f"  {'WORKER':<{width}}  {'ALIVE':<5}  {'IN-FLIGHT':>9}  {'HEAD':>5}  MODEL")
         for w in stats.workers:
             alive = "yes" if w.alive else "no"
-            print(f"  {w.id:<{width}}  {alive:<5}  {w.inflight:>9}  {w.info.get('model', '')}")
+            head = str(w.info.get("head_version") or "-")
+            print(f"  {w.id:<{width}}  {alive:<5}  {w.inflight:>9}  {head:>5}  {w.info.get('model', '')}")
     return 0
 
 

@@ -143,3 +143,13 @@ def test_the_health_check_refuses_a_timeout_it_cannot_keep(capsys: pytest.Captur
 
     assert cli.main(["check", "--timeout", "inf", "--redis-url", "redis://127.0.0.1:6379/0"]) == 2
     assert "timeout: must be 0.1..3600" in capsys.readouterr().err
+
+
+def test_stats_shows_the_head_version_each_worker_serves(redis_url: str, r: redis.Redis, keys: Keys) -> None:
+    r.sadd(keys.workers, "w1", "w2")
+    r.set(keys.heartbeat("w1"), json.dumps({"model": "m", "head_version": "3"}))
+    r.set(keys.heartbeat("w2"), json.dumps({"model": "m"}))
+    code, out, _ = run_cli(redis_url, keys, "stats")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  w")}
+    assert code == 0 and out.splitlines()[5].split()[3] == "HEAD"
+    assert rows["w1"][3:] == ["3", "m"] and rows["w2"][3:] == ["-", "m"]
