@@ -69,7 +69,9 @@ class EngineOptions:
         32, help="most tickets in one forward pass (`1`: item by item)", check=at_least(1)
     )
     max_batch_tokens: int = setting(
-        8192, help="token budget of one forward pass (rows x row length)", check=at_least(64)
+        8192,
+        help="token budget of one forward pass (rows x row length; a ticket longer than it runs alone)",
+        check=at_least(64),
     )
     max_row_len: int = setting(
         128,
