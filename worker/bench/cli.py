@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import redis
 
 from producer import config
-from producer.config import at_least, group, option, setting
+from producer.config import at_least, between, group, option, setting
 from producer.exitcodes import Exit
 from producer.options import DEFAULT_REDIS_URL
 from worker.bench.config import DEFAULT_MODES, MODES, BenchOptions
@@ -89,7 +89,11 @@ class BenchCommand:
         shown=f"{DEFAULT_BASELINE_N}; {QUICK_BASELINE_N} with --quick",
         check=at_least(1),
     )
-    drain: int = option(256, help="tickets handed to the engine at once", check=at_least(1))
+    drain: int = option(
+        256,
+        help="tickets handed to the engine at once (a worker's --drain: 1..2000)",
+        check=between(1, 2_000),
+    )
     seed: int = option(0, help="the baseline sample")
     workers: tuple[int, ...] = option(
         (0,),
