@@ -21,6 +21,12 @@ their labels never read), so a head that self-trains is judged as it ships. A ca
 that very procedure out of fold on these folds (``train``'s check of its extras) is judged by those
 predictions rather than refitted again.
 
+A head with a nonlinear second reading (:mod:`worker.engine.mlp`) is judged, on either side, by its
+linear reading refitted per fold: the MLP is fitted twice per head (on four fifths to be judged on the
+fifth left out, then on everything), not once per fold, which would add minutes per fold; ``train`` kept
+it only where the blend was no less accurate than the linear reading on that fifth. A current head that
+is judged ``direct`` is judged by what it ships, the blend included.
+
 The verdict is plain Python (testable without torch); :func:`worker.engine.beyond.cross_refit` runs the fits.
 """
 

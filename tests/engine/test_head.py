@@ -268,6 +268,55 @@ def test_train_command_writes_a_head_and_prints_cv(
     assert head.training["n"] == 18 and head.id in printed
 
 
+def test_train_mlp_writes_a_head_with_a_second_reading_that_verify_checks(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``train --mlp``: the MLP is fitted, judged on a held-out fold and reported; kept, the head file is
+    format 2 and the batched pass answers as the plain reference does; dropped, the head is linear."""
+    from producer.learning import head_metadata
+    from worker.cli import main
+
+    write_labelled(tmp_path / "t.csv", *labelled(10))
+    out = tmp_path / "mlp.head"
+    flags = ["--model", str(tiny_dir), "--dtype", "float32"]
+    code = main(["train", *flags, "--tickets", str(tmp_path / "t.csv"), "--out", str(out), "--mlp"])
+    printed = capsys.readouterr().out
+    head = Head.load(out)
+    record = head.training["mlp"]
+    assert (
+        code == 0
+        and record["held_out"] == 6
+        and set(record["accuracy_by_share"]) == {"0", "0.3", "0.5", "0.7"}
+    )
+    assert ("MLP: kept at" if head.mlp is not None else "MLP: not kept") in printed
+    assert head_metadata(out.read_bytes())["format"] == ("ticketq-head/2" if head.mlp else "ticketq-head/1")
+    if head.mlp is None:  # these words are told apart by a line: the blend ties, the head stays linear
+        assert head.mlp_share == 0.0 and record["share"] == 0.0
+        return
+    assert main(["verify", *flags, "--head", str(out), "--limit", "6"]) == 0
+    assert "agreement 6/6" in capsys.readouterr().out
+
+
+def test_verify_checks_a_head_with_an_mlp_against_the_plain_reference(
+    tiny_dir: Path, engine: Engine, head: Head, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The blend is part of ``Head.logits``: the batched pass and the reference scorer decide through the
+    same code, so a head with an MLP (here fitted on the tiny model's features) agrees ticket for ticket."""
+    from worker.cli import main
+    from worker.engine.mlp import fit_mlp
+
+    texts, labels = labelled()
+    x, _ = engine.features(texts, head.recipe)
+    y = [head.labels.index(lab) for lab in labels]
+    net = fit_mlp(x, y, len(head.labels), seed=0)
+    with_mlp = replace(head, mlp=net, mlp_share=0.5)
+    with_mlp.save(tmp_path / "m.head")
+    flags = ["--model", str(tiny_dir), "--head", str(tmp_path / "m.head"), "--limit", "6"]
+    assert main(["verify", *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"head {with_mlp.id}" in out and "agreement 6/6" in out and out.rstrip().endswith("OK")
+
+
 def test_train_learns_label_names_and_unlabelled_tickets_on_request(
     tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

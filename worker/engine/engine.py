@@ -144,6 +144,7 @@ class Engine:
             label_names=q.label_names,
             unlabeled_data=q.unlabeled_data,
             balance=q.balance,
+            mlp=q.mlp,
         )
         alone.prior = None
         alone.head = self.answer_heads.get(q.name)

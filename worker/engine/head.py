@@ -6,6 +6,11 @@ recipe, the hidden size, the model it was trained on (name and weights digest), 
 prompt (instructions, examples and chat template as token ids: the features attend to them) and how it
 was trained (n, per-class counts, cross-validated accuracy, ticketq version). safetensors, never pickle:
 loading a head file runs no code.
+
+A head may also hold a second, nonlinear reading of the same features (:mod:`.mlp`: four more tensors,
+``mlp_in``, ``mlp_in_bias``, ``mlp_out``, ``mlp_out_bias``, and its share of the blend, ``mlp_share``).
+Such a file says format ``ticketq-head/2``, so a ticketq from before refuses it rather than serving its
+linear part alone; a linear head stays ``ticketq-head/1``.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import torch
 
 from producer.learning import HEAD_META_KEY, head_metadata
 
+from .mlp import Mlp, blend
 from .recipe import Recipe
 
 FORMAT = "ticketq-head/1"
+FORMAT_MLP = "ticketq-head/2"  # with a nonlinear reading (mlp_* tensors, mlp_share)
 # What a head file may hold, so that finite features always give finite scores: a weight or bias of
 # 3e38 is finite but overflows the logits, and a temperature of 1e-300 is 0 in float32; either made every
 # score NaN and every ticket a dead letter ("unwritable result"). Trained heads stay far inside: weights
@@ -86,6 +93,10 @@ class Head:
     # set by training when its out-of-fold check refitted the head's whole procedure (labelled tickets
     # with names or unlabelled tickets); not part of the file
     out_of_fold: OutOfFold | None = field(default=None, repr=False)
+    # A nonlinear second reading of the features and its weight in the blend (0 < mlp_share < 1), or none
+    # (:mod:`.mlp`): the logits are then the blend's log-probabilities.
+    mlp: Mlp | None = field(default=None, repr=False)
+    mlp_share: float = 0.0
 
     def __post_init__(self) -> None:
         self.labels = tuple(self.labels)
@@ -104,6 +115,7 @@ class Head:
             raise HeadError(f"head weights reach {largest:.3g}; a head's stay below {MAX_MAGNITUDE:g}")
         self.weight = self.weight.detach().float().contiguous()
         self.bias = self.bias.detach().float().contiguous()
+        self._check_mlp()
         self.temperature = float(self.temperature)
         low, high = TEMPERATURES
         if not (math.isfinite(self.temperature) and low <= self.temperature <= high):
@@ -112,6 +124,23 @@ class Head:
             self.review_below = float(self.review_below)
             if not 0.0 <= self.review_below <= 1.0:
                 raise HeadError(f"head review_below must lie in [0, 1], got {self.review_below!r}")
+
+    def _check_mlp(self) -> None:
+        self.mlp_share = float(self.mlp_share)
+        if self.mlp is None:
+            if self.mlp_share != 0.0:
+                raise HeadError(f"head mlp_share is {self.mlp_share!r} but it holds no MLP")
+            return
+        if not 0.0 < self.mlp_share < 1.0:
+            raise HeadError(f"head mlp_share must lie strictly between 0 and 1, got {self.mlp_share!r}")
+        if self.mlp.features != self.weight.shape[1] or self.mlp.labels != len(self.labels):
+            raise HeadError(
+                f"head MLP reads {self.mlp.features} features into {self.mlp.labels} labels; the head has "
+                f"{self.weight.shape[1]} features and {len(self.labels)} labels"
+            )
+        largest = max(float(t.abs().max()) for t in self.mlp.tensors().values())
+        if largest > MAX_MAGNITUDE:
+            raise HeadError(f"head MLP weights reach {largest:.3g}; a head's stay below {MAX_MAGNITUDE:g}")
 
     @property
     def hidden_size(self) -> int:
@@ -128,6 +157,11 @@ class Head:
         temperature and review threshold when set: a head from before they existed keeps its id)."""
         h = hashlib.sha256(self.weight.numpy().tobytes())
         h.update(self.bias.numpy().tobytes())
+        if self.mlp is not None:
+            for name, t in sorted(self.mlp.tensors().items()):
+                h.update(name.encode())
+                h.update(t.numpy().tobytes())
+            h.update(digest(self.mlp_share).encode())
         h.update(digest(self.labels, self.recipe.to_dict(), self.model_digest, self.prompt_digest).encode())
         if self.temperature != 1.0 or self.review_below is not None:
             h.update(digest(self.temperature, self.review_below).encode())
@@ -140,7 +174,8 @@ class Head:
 
     def meta(self) -> dict[str, Any]:
         return {
-            "format": FORMAT,
+            "format": FORMAT if self.mlp is None else FORMAT_MLP,
+            **({} if self.mlp is None else {"mlp_share": self.mlp_share}),
             "labels": list(self.labels),
             "recipe": self.recipe.to_dict(),
             "hidden_size": self.hidden_size,
@@ -156,7 +191,10 @@ class Head:
         from safetensors.torch import save
 
         meta = json.dumps(self.meta(), sort_keys=True, ensure_ascii=False)
-        return save({"weight": self.weight, "bias": self.bias}, metadata={HEAD_META_KEY: meta})
+        tensors = {"weight": self.weight, "bias": self.bias}
+        if self.mlp is not None:
+            tensors.update(self.mlp.tensors())
+        return save(tensors, metadata={HEAD_META_KEY: meta})
 
     @classmethod
     def from_bytes(cls, data: bytes, version: str | None = None) -> Head:
@@ -168,8 +206,12 @@ class Head:
             raise HeadError(f"not a readable ticketq head: {_one_line(exc)}") from None
         try:
             tensors = load(bytes(data))
-            if meta.get("format") != FORMAT:
-                raise HeadError(f"not a ticketq head (format {meta.get('format')!r}, expected {FORMAT!r})")
+            if meta.get("format") not in (FORMAT, FORMAT_MLP):
+                raise HeadError(
+                    f"not a ticketq head (format {meta.get('format')!r}, "
+                    f"expected {FORMAT!r} or {FORMAT_MLP!r})"
+                )
+            nonlinear = meta["format"] == FORMAT_MLP
             recipe = Recipe.from_dict(meta["recipe"])
             head = cls(
                 labels=tuple(str(x) for x in meta["labels"]),
@@ -183,6 +225,8 @@ class Head:
                 version=version,
                 temperature=float(meta.get("temperature", 1.0)),
                 review_below=None if meta.get("review_below") is None else float(meta["review_below"]),
+                mlp=_mlp(tensors) if nonlinear else None,
+                mlp_share=float(meta["mlp_share"]) if nonlinear else 0.0,
             )
             if head.hidden_size != int(meta["hidden_size"]):
                 raise HeadError(
@@ -243,8 +287,12 @@ class Head:
             )
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        """(n, labels) float32 raw scores for (n, hidden) features (before the temperature)."""
-        return torch.nn.functional.linear(features.float().cpu(), self.weight, self.bias)
+        """(n, labels) float32 raw scores for (n, hidden) features (before the temperature); with an MLP,
+        the blend's log-probabilities (:func:`.mlp.blend`)."""
+        linear = torch.nn.functional.linear(features.float().cpu(), self.weight, self.bias)
+        if self.mlp is None:
+            return linear
+        return blend(linear, self.mlp.logits(features), self.mlp_share)
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         """(n, labels) calibrated log-probabilities: log_softmax(logits / temperature)."""
@@ -270,7 +318,17 @@ class Head:
             "recipe": self.recipe.to_dict(),
             "temperature": self.temperature,
             "review_below": self.review_below,
+            **({"mlp_share": self.mlp_share} if self.mlp is not None else {}),
         }
+
+
+def _mlp(tensors: dict[str, torch.Tensor]) -> Mlp:
+    try:
+        return Mlp.of(tensors)
+    except KeyError as exc:
+        raise HeadError(f"not a readable ticketq head: format {FORMAT_MLP} without tensor {exc}") from None
+    except ValueError as exc:
+        raise HeadError(f"not a readable ticketq head: {exc}") from None
 
 
 def _positive(value: Any) -> bool:

@@ -14,13 +14,14 @@ from typing import Any, Protocol
 import torch
 
 from . import beyond
+from . import mlp as nonlinear
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
 from .fit import FOLDS, L2_GRID, Fit, balanced, confusion, fit, stratified_folds
 from .head import Head, HeadError, Identity, OutOfFold, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
 from .recipe import Preset, Recipe, resolve
-from .task import Task, wants_balance, wants_names
+from .task import Task, wants_balance, wants_mlp, wants_names
 from .types import BatchStats
 
 
@@ -49,8 +50,8 @@ class Engine(Protocol):
     ) -> tuple[torch.Tensor, list[BatchStats]]: ...
 
 
-# progress(stage, done, total): stage is "features" (tickets), "fit" (cross-validation fits) or "extras"
-# (folds of the cross-validation with label names or unlabelled tickets)
+# progress(stage, done, total): stage is "features" (tickets), "fit" (cross-validation fits), "extras"
+# (folds of the cross-validation with label names or unlabelled tickets) or "mlp" (the MLP's epochs)
 Progress = Callable[[str, int, int], None]
 _ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
 # How heads are trained, in the cache key: a cached head from an older way is trained again (2: a
@@ -95,6 +96,7 @@ def train_head(
     names: torch.Tensor | None = None,
     unlabeled: torch.Tensor | None = None,
     balance: bool = False,
+    mlp: bool = False,
 ) -> Head:
     """A head for ``engine``'s model and task from labelled ``texts``. Deterministic for given inputs.
 
@@ -119,7 +121,15 @@ def train_head(
     cross-validation chose (:mod:`.beyond`), and only if the same procedure run inside every fold is at
     least as accurate out of fold as the labelled tickets alone; the out-of-fold numbers, the temperature
     and ``review_below`` are then that procedure's. ``training["beyond"]`` records both accuracies, whether
-    the extras were used, and what they added."""
+    the extras were used, and what they added.
+
+    ``mlp``: also fit a nonlinear reading of the features (:mod:`.mlp`), first on four fifths of the
+    tickets to judge it on the fold left out (the linear head's out-of-fold logits there come from the
+    same four fifths), where the blend's weight is chosen (:func:`.mlp.choose_share`; 0, no MLP, unless
+    it adds); then, if kept, again on every ticket. The temperature and ``review_below`` of a head with an
+    MLP are fitted on that held-out fold's blended predictions; ``training["mlp"]`` records the fold's
+    accuracy at every weight. ``cv_accuracy``, the confusion and the out-of-fold predictions the publish
+    gate reads stay the linear reading's, over every fold."""
     if auto_accuracy is not None and not 0.0 < auto_accuracy <= 1.0:
         raise TrainingError(f"auto_accuracy must lie in (0, 1], got {auto_accuracy!r}")
     if len(texts) != len(labels):
@@ -164,13 +174,22 @@ def train_head(
         out.accuracy,
         out.confusion,
     )
+    second: Second | None = None
+    if mlp and cv_logits is not None:
+        folds = out.folds or stratified_folds(y, result.folds, seed)
+        stage = (lambda d, t: progress("mlp", d, t)) if progress else None
+        second = second_reading(x, y, len(present), cv_logits, folds, seed, row_weight, stage)
     temperature, review_below, calibration = 1.0, None, {}
     if cv_logits is not None:
-        temperature = fit_temperature(cv_logits, y)
-        probs = torch.softmax(cv_logits / temperature, -1)
+        # calibrated on what the head ships: the linear reading out of fold, or the blend on its fold
+        judged, truth = (
+            (cv_logits, y) if second is None or second.net is None else (second.logits, second.truth)
+        )
+        temperature = fit_temperature(judged, truth)
+        probs = torch.softmax(judged / temperature, -1)
         confidence = probs.max(1).values.tolist()
-        correct = (probs.argmax(1) == torch.tensor(y)).tolist()
-        calibration = _calibration(confidence, correct, temperature, cv_logits, y)
+        correct = (probs.argmax(1) == torch.tensor(truth)).tolist()
+        calibration = _calibration(confidence, correct, temperature, judged, truth)
         if auto_accuracy is not None:
             threshold, coverage = threshold_for_accuracy(confidence, correct, auto_accuracy)
             calibration["auto_accuracy"] = auto_accuracy
@@ -184,6 +203,7 @@ def train_head(
     weight[rows], bias[rows] = learnt, bias_learnt
     ident = engine.identity
     counts = Counter(labels)
+    net = None if second is None or second.net is None else second.net.placed(rows.tolist(), len(task_labels))
     checked = None
     if out.folds is not None and cv_predicted is not None:
         task_rows = rows.tolist()
@@ -198,6 +218,8 @@ def train_head(
         prompt_digest=ident.prompt_digest,
         temperature=temperature,
         review_below=review_below,
+        mlp=net,
+        mlp_share=second.share if net is not None and second is not None else 0.0,
         training={
             "n": len(labels),
             "counts": {lab: counts.get(lab, 0) for lab in task_labels},
@@ -214,9 +236,69 @@ def train_head(
             **_on_corrections(corrected or {}, labels, present, cv_predicted),
             **calibration,
             **({"beyond": beyond_info} if beyond_info else {}),
+            **({"mlp": second.record} if second is not None else {}),
         },
         out_of_fold=checked,
     )
+
+
+@dataclass
+class Second:
+    """The MLP beside the linear head, as :func:`second_reading` judged it on one held-out fold."""
+
+    share: float  # its weight in the blend; 0: dropped
+    net: nonlinear.Mlp | None  # fitted on every ticket (None: dropped)
+    logits: torch.Tensor  # the held-out fold's blended log-probabilities, at ``share``
+    truth: list[int]  # their labels
+    record: dict[str, Any]
+
+
+def second_reading(
+    x: torch.Tensor,
+    y: list[int],
+    classes: int,
+    linear_cv: torch.Tensor,
+    folds: Sequence[int],
+    seed: int,
+    row_weight: Sequence[float] | None,
+    progress: Callable[[int, int], None] | None,
+) -> Second:
+    """Fit the MLP on every fold but the first, choose its share of the blend on the first (with the
+    linear head's out-of-fold logits there, ``linear_cv``, fitted on the same other folds), and, if it is
+    kept, fit it again on every ticket."""
+    start = time.perf_counter()
+    held = [i for i, f in enumerate(folds) if f == 0]
+    rest = [i for i, f in enumerate(folds) if f != 0]
+    kept = [row_weight[i] for i in rest] if row_weight is not None else None
+    epochs = nonlinear.EPOCHS * nonlinear.SEEDS
+    total, done = 2 * epochs, 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total)
+
+    part = nonlinear.fit_mlp(
+        x[rest], [y[i] for i in rest], classes, seed=seed, row_weight=kept, progress=step
+    )
+    truth = [y[i] for i in held]
+    linear, other = linear_cv[held], part.logits(x[held])
+    share, by_share = nonlinear.choose_share(linear, other, truth)
+    net = None
+    if share > 0:
+        net = nonlinear.fit_mlp(x, y, classes, seed=seed, row_weight=row_weight, progress=step)
+    if progress:
+        progress(total, total)
+    record = {
+        "share": share,
+        "held_out": len(held),
+        "accuracy_by_share": by_share,
+        "hidden": nonlinear.HIDDEN * nonlinear.SEEDS,
+        "epochs": nonlinear.EPOCHS,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    return Second(share, net, nonlinear.blend(linear, other, share), truth, record)
 
 
 @dataclass
@@ -437,6 +519,7 @@ def head_cache_key(
     label_names: bool,
     unlabeled: bytes | None,
     balance: bool,
+    mlp: bool = False,
 ) -> str:
     """The cache entry of a head trained on first use: a digest of everything it depends on (the model's
     weights, the prompt, the task's labels, the data and its ``labels``, the dtype, the recipe, the way
@@ -467,6 +550,7 @@ def head_cache_key(
         *([beyond_key] if beyond_key else []),
         *([few] if few else []),
         *([{"balance": True}] if balance else []),  # labels weighed equally; data without stays keyed
+        *([{"mlp": nonlinear.version()}] if mlp else []),  # a second reading; heads without keep their key
     )[:24]
 
 
@@ -496,6 +580,7 @@ def cached_head(
     texts, labels = [str(r.get("text") or "") for r in rows], [str(r.get("label") or "") for r in rows]
     label_names = wants_names(task.label_names, labels, len(task.labels))
     balance = wants_balance(task.balance, labels)
+    mlp = wants_mlp(task.mlp, labels, len(task.labels))
     key = head_cache_key(
         ident,
         engine.loaded.dtype_name,
@@ -506,6 +591,7 @@ def cached_head(
         label_names=label_names,
         unlabeled=free_raw,
         balance=balance,
+        mlp=mlp,
     )
     path = cache_root() / "heads" / f"{key}.safetensors"
     if path.exists():
@@ -532,6 +618,7 @@ def cached_head(
         names=names,
         unlabeled=free,
         balance=balance,
+        mlp=mlp,
     )
     head.save(path)
     if log:
