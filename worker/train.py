@@ -499,7 +499,7 @@ def _counter(progress: Progress, total: int, stage: str = "features") -> Any:
 
 
 class Progress:
-    """tqdm bars for the stages (features, unlabeled, fit, extras, gate), on a terminal only."""
+    """tqdm bars for the stages (features, unlabeled, fit, extras, mlp, gate), on a terminal only."""
 
     def __enter__(self) -> Progress:
         self.bars: dict[str, Any] = {}
@@ -511,9 +511,14 @@ class Progress:
         if stage not in self.bars:
             for bar in self.bars.values():
                 bar.close()
-            unit = {"features": "ticket", "unlabeled": "ticket", "extras": "fold", "gate": "fold"}.get(
-                stage, "fit"
-            )
+            units = {
+                "features": "ticket",
+                "unlabeled": "ticket",
+                "extras": "fold",
+                "gate": "fold",
+                "mlp": "epoch",
+            }
+            unit = units.get(stage, "fit")
             self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, disable=not sys.stderr.isatty())
         bar = self.bars[stage]
         bar.update(done - bar.n)

@@ -75,7 +75,7 @@ def test_a_head_with_an_mlp_is_calibrated_on_its_held_out_fold(heads: tuple[Head
     the held-out fold: the linear reading's would be those of a head that guesses on XOR."""
     linear, both = heads
     t = both.training
-    assert t["cv_ece"] < 0.1 and t["cv_accuracy_at"]["1"] > 0.9
+    assert t["cv_ece"] < 0.1 and t["cv_accuracy_at"]["1"] > 0.85
     assert linear.training["cv_accuracy_at"]["1"] < 0.7
     x, y = xor(400, 2)
     confidence = both.probabilities(x).max(1).values.mean().item()

@@ -8,7 +8,8 @@ it only tied the linear head, so :func:`worker.engine.task.wants_mlp` turns it o
 
 How it is fitted (chosen on Banking77's train split alone, 2,000 rows held out of it): input dropout 0.2,
 :data:`HIDDEN` GELU units, dropout 0.5, AdamW (weight decay 1e-2) on a one-cycle schedule peaking at 1e-3,
-:data:`EPOCHS` epochs of :data:`BATCH`, label smoothing 0.1, and :data:`SEEDS` networks from different seeds
+:data:`EPOCHS` epochs of :data:`BATCH` (30 at first: on a fifth of the train split held out, 20 and 15 scored
+the same blended, 92.85% at a share of 0.7, at 0.7 and 0.5 of the time), label smoothing 0.1, and :data:`SEEDS` networks from different seeds
 whose logits are averaged. The averaged networks are stored as one network :data:`SEEDS` times as wide
 (their hidden units side by side, the output weights halved), with the standardization folded into its
 first layer, so applying it is two matrix products and a GELU on the raw features, as the linear head's
@@ -32,7 +33,7 @@ from .fit import _standardize
 
 HIDDEN = 1024  # per network
 SEEDS = 2
-EPOCHS = 30
+EPOCHS = 20  # 30 were chosen first; 20 and 15 scored the same held out, at two thirds of the time
 BATCH = 128
 PEAK_LR = 1e-3
 WEIGHT_DECAY = 1e-2
