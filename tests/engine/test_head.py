@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from worker.engine import Engine
 from worker.engine.fit import fit, stratified_folds
 from worker.engine.head import Head, HeadError
 from worker.engine.model import LoadedModel
-from worker.engine.recipe import LAST, MEAN, Recipe
+from worker.engine.recipe import FINE, LAST, MEAN, Recipe
 from worker.engine.task import Task, load_task
 from worker.engine.training import TrainingError, train_head
 
@@ -396,37 +397,58 @@ def test_train_learns_label_names_unasked_for_many_labels_with_few_tickets_each(
 ) -> None:
     """No label_names key: a question of FINE labels with a few tickets each learns its names (checked out
     of fold as always); ``label_names = false`` turns that off, and plenty of tickets per label needs none."""
+    from worker.engine.task import FEW
+
+    trained = fine_question(tiny_dir, tmp_path, capsys, "label_names = false")
+    assert trained("task.toml", 3)["beyond"]["label_names"] == FINE
+    assert "beyond" not in trained("off.toml", 3)
+    assert "beyond" not in trained("task.toml", FEW + 1)
+
+
+def test_train_fits_an_mlp_unasked_for_many_labels_with_many_tickets_each(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No mlp key: a question of FINE labels whose median label has over SELF_TRAIN_UP_TO tickets also
+    fits the MLP (and reports whether it kept it); at SELF_TRAIN_UP_TO it does not; ``mlp = false``
+    refuses."""
+    from worker.engine.task import SELF_TRAIN_UP_TO
+
+    trained = fine_question(tiny_dir, tmp_path, capsys, "mlp = false")
+    assert trained("task.toml", SELF_TRAIN_UP_TO + 1)["mlp"]["held_out"] == (SELF_TRAIN_UP_TO + 1) * FINE // 5
+    assert "mlp" not in trained("task.toml", SELF_TRAIN_UP_TO)
+    assert "mlp" not in trained("off.toml", SELF_TRAIN_UP_TO + 1)
+
+
+def fine_question(
+    tiny_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], off: str
+) -> Callable[[str, int], dict[str, Any]]:
+    """``trained(task, per_label)``: the training record of a head ``train`` fits for a question of FINE
+    labels (``task.toml``, or ``off.toml`` whose question table adds the line ``off``) from ``per_label``
+    tickets per label."""
     import json
 
     from worker.cli import main
-    from worker.engine.recipe import FINE
-    from worker.engine.task import DEFAULT_TASK_PATH, FEW
+    from worker.engine.task import DEFAULT_TASK_PATH
 
     intents = [f"intent_{i}" for i in range(FINE)]
     texts, _ = labelled(FINE)
-
-    def rows(per_label: int) -> str:
-        out = [f'{k},"{texts[k % len(texts)]} #{k}",{intents[k % FINE]}' for k in range(per_label * FINE)]
-        return "\n".join(["id,text,label", *out]) + "\n"
-
-    (tmp_path / "few.csv").write_text(rows(3))
-    (tmp_path / "many.csv").write_text(rows(FEW + 1))
     text = DEFAULT_TASK_PATH.read_text(encoding="utf-8").replace('head_data = "../data/head_train.csv"', "")
     table = f"\n[questions.intent]\nlabels = {json.dumps(intents)}\n"
     (tmp_path / "task.toml").write_text(text + table)
-    (tmp_path / "off.toml").write_text(text + table + "label_names = false\n")
+    (tmp_path / "off.toml").write_text(text + table + off + "\n")
     flags = ["--model", str(tiny_dir), "--dtype", "float32", "--question", "intent"]
 
-    def trained(task: str, data: str) -> dict:
-        out = tmp_path / f"{task}-{data}.head"
-        args = ["--task", str(tmp_path / task), "--tickets", str(tmp_path / data), "--out", str(out)]
+    def trained(task: str, per_label: int) -> dict[str, Any]:
+        data = tmp_path / f"{per_label}.csv"
+        out = [f'{k},"{texts[k % len(texts)]} #{k}",{intents[k % FINE]}' for k in range(per_label * FINE)]
+        data.write_text("\n".join(["id,text,label", *out]) + "\n")
+        head = tmp_path / f"{task}-{per_label}.head"
+        args = ["--task", str(tmp_path / task), "--tickets", str(data), "--out", str(head)]
         assert main(["train", *flags, *args]) == 0
         capsys.readouterr()
-        return Head.load(out).training
+        return Head.load(head).training
 
-    assert trained("task.toml", "few.csv")["beyond"]["label_names"] == FINE
-    assert "beyond" not in trained("off.toml", "few.csv")
-    assert "beyond" not in trained("task.toml", "many.csv")
+    return trained
 
 
 def blobs(engine: Engine, n: int, seed: int) -> tuple[torch.Tensor, list[str], torch.Tensor]:
