@@ -3,9 +3,10 @@
 On fine-grained label sets with hundreds of tickets per label, the linear head stops short of what the
 features hold: on Banking77's full training split (77 intents, 10,003 rows) every richer feature recipe
 stopped at 93.5%, and an MLP over the same standardized features, its probabilities blended with the
-linear head's, reached 93.9-94.1% on cached features, and through ``train`` and ``eval`` 93.5% (the default
-recipe; 93.0% linear) and 94.1% (the accurate one) (docs/head.md, "A nonlinear second reading"). With ten tickets per label
-it only tied the linear head, so :func:`worker.engine.task.wants_mlp` turns it on for many tickets per label.
+linear head's, reached 93.9-94.1% on cached features, and through ``train`` and ``eval`` 93.5% (the
+default recipe; 93.0% linear) and 94.1% (the accurate one) (docs/head.md, "A nonlinear second
+reading"). With ten tickets per label it only tied the linear head, so
+:func:`worker.engine.task.wants_mlp` turns it on for many tickets per label.
 
 How it is fitted (chosen on Banking77's train split alone, 2,000 rows held out of it): input dropout 0.2,
 :data:`HIDDEN` GELU units, dropout 0.5, AdamW (weight decay 1e-2) on a one-cycle schedule peaking at 1e-3,
