@@ -29,6 +29,7 @@ from producer.learning import (
     HeadVersion,
     closest_labels,
     label_problem,
+    publish_problem,
     read_head,
 )
 from producer.protocol import (
@@ -575,6 +576,9 @@ class Client:
             raise ValueError("empty head")
         if len(data) > MAX_HEAD_BYTES:
             raise ValueError(f"head too large: {len(data)} bytes > {MAX_HEAD_BYTES}")
+        problem = publish_problem(data)
+        if problem:
+            raise ValueError(problem)
         if question is not None:  # a typo would publish a head no worker ever loads
             known = sorted(as_text(q) for q in self.redis.smembers(self.keys.questions))
             if known and question not in known:

@@ -27,6 +27,30 @@ MAX_LABEL_BYTES = 128  # also checked by LABEL_SCRIPT
 MAX_BY_BYTES = 256
 HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
 MAX_HEAD_BYTES = 64 * 1024 * 1024
+# A head with a nonlinear second reading (worker/engine/mlp.py) is tens of MB: a worker's copy of the
+# published head into P:head:good (keep_head.lua) held Redis for 385 ms with one of 39 MB, and every
+# worker's HGET of it 22 ms. Such heads are used from their file, not published (docs/head.md).
+UNPUBLISHED_FORMATS = ("ticketq-head/2",)
+
+
+def publish_problem(data: bytes) -> str | None:
+    """Why a head file's bytes are not published through Redis, or None: a head with an MLP (its
+    format), which would hold the shared Redis while it is copied. Bytes that are no ticketq head are
+    the workers' to refuse (they keep theirs), as before."""
+    try:
+        meta = head_metadata(data)
+    except (ValueError, RecursionError):
+        return None
+    if meta.get("format") not in UNPUBLISHED_FORMATS:
+        return None
+    size = len(data) / 1e6
+    return (
+        f"a head with an MLP ({size:.0f} MB) is not published through Redis: copying it would hold the "
+        "shared Redis for a large fraction of a second; name its file in the task (head = ...) instead, "
+        "or train it with mlp = false to publish"
+    )
+
+
 HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head file's JSON
 
 #: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels

@@ -127,7 +127,7 @@ class TrainOptions:
         "77 intents from 130 tickets each; minutes on a small CPU); the task's or question's `mlp = false` "
         "refuses",
         shown="the task's or question's mlp key, else on for 10 labels or more with over 50 tickets for the "
-        "median label",
+        "median label; never with --publish (a head with an MLP is used from its file)",
     )
     accuracy: AccuracyOptions = group(AccuracyOptions, "review", env=False)
     engine: EngineOptions = group(EngineOptions, "engine", env=False)
@@ -169,6 +169,12 @@ def run(ns: argparse.Namespace) -> int:
             raise DataError("--corrections-only needs --from-redis")
         if store.correction_weight != 1 and not store.from_redis:
             raise DataError("--correction-weight needs --from-redis")
+        # a head with an MLP is used from its file, never published (producer.learning.publish_problem)
+        if args.mlp and store.publish:
+            raise DataError(
+                "--mlp with --publish: a head with an MLP is not published through Redis (too large "
+                "to copy there without holding it); give --out and name the file in the task"
+            )
         task = load_task(options.task)
         question = args.asked.question
         question_labels = task.labels_of(question)  # TaskError (a ValueError) for an unknown one
@@ -218,7 +224,7 @@ def run(ns: argparse.Namespace) -> int:
         picked = [row for row, use in enumerate(learn) if use]
         learnt = [labels[row] for row in picked]
         balance = args.balance or wants_balance(declared.balance, learnt)
-        mlp = args.mlp or wants_mlp(declared.mlp, learnt, len(question_labels))
+        mlp = args.mlp or (not store.publish and wants_mlp(declared.mlp, learnt, len(question_labels)))
         if len(set(labels)) < 2:
             raise DataError(
                 f"all {len(labels)} tickets are labelled {labels[0]!r}; a head needs two labels or more"

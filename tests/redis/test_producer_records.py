@@ -127,6 +127,27 @@ def test_publish_head_reads_a_file_only_up_to_the_bound(
     assert code == 2 and "head too large: 1001 bytes > 1000" in err and not r.exists(keys.head)
 
 
+def test_a_head_with_an_mlp_is_not_published_through_redis(
+    redis_url: str, r: redis.Redis, keys: Keys, tmp_path: Path
+) -> None:
+    """A head with an MLP (format ticketq-head/2, tens of MB) held Redis for 385 ms while a worker copied
+    it into P:head:good: publish-head refuses it, naming what to do instead; a linear head publishes."""
+    import json
+
+    def head_file(fmt: str) -> Path:
+        meta = json.dumps({"format": fmt})
+        header = json.dumps({"__metadata__": {"ticketq": meta}}).encode()
+        path = tmp_path / f"{fmt.replace('/', '-')}.head"
+        path.write_bytes(len(header).to_bytes(8, "little") + header)
+        return path
+
+    code, _, err = run_cli(redis_url, keys, "publish-head", str(head_file("ticketq-head/2")))
+    assert code == 2 and "a head with an MLP" in err and "name its file in the task" in err
+    assert not r.exists(keys.head)
+    code, _, _ = run_cli(redis_url, keys, "publish-head", str(head_file("ticketq-head/1")))
+    assert code == 0 and r.exists(keys.head)
+
+
 def test_a_field_nested_thousands_deep_is_a_bad_ticket_not_a_recursion_error(
     r: redis.Redis, keys: Keys
 ) -> None:

@@ -45,6 +45,18 @@ def test_missing_file_and_bad_task_are_exit_2(tmp_path: Path, capsys: pytest.Cap
     assert all(line.startswith("ticketq-worker train: ") for line in capsys.readouterr().err.splitlines())
 
 
+def test_mlp_with_publish_is_refused_before_anything_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A head with an MLP is tens of MB: copied within the shared Redis it held it for a large fraction of
+    a second, so it is used from its file, never published."""
+    (tmp_path / "t.csv").write_text("id,text,label\n1,refund please,billing\n2,app crash,technical\n")
+    args = ["train", "--tickets", str(tmp_path / "t.csv"), "--publish", "--mlp", "--redis-url", "redis://x:1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ticketq-worker train: --mlp with --publish") and err.count("\n") == 1
+
+
 def test_a_confusion_matrix_of_long_labels_numbers_its_columns() -> None:
     from worker.evaluate import confusion_table
 
