@@ -32,25 +32,6 @@ MAX_HEAD_BYTES = 64 * 1024 * 1024
 # worker's HGET of it 22 ms. Such heads are used from their file, not published (docs/head.md).
 UNPUBLISHED_FORMATS = ("ticketq-head/2",)
 
-
-def publish_problem(data: bytes) -> str | None:
-    """Why a head file's bytes are not published through Redis, or None: a head with an MLP (its
-    format), which would hold the shared Redis while it is copied. Bytes that are no ticketq head are
-    the workers' to refuse (they keep theirs), as before."""
-    try:
-        meta = head_metadata(data)
-    except (ValueError, RecursionError):
-        return None
-    if meta.get("format") not in UNPUBLISHED_FORMATS:
-        return None
-    size = len(data) / 1e6
-    return (
-        f"a head with an MLP ({size:.0f} MB) is not published through Redis: copying it would hold the "
-        "shared Redis for a large fraction of a second; name its file in the task (head = ...) instead, "
-        "or train it with mlp = false to publish"
-    )
-
-
 HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head file's JSON
 
 #: The one Redis command that records a correction: ``EVAL LABEL_SCRIPT 3 P:results P:text:<id> P:labels
@@ -205,6 +186,24 @@ def head_metadata(data: bytes) -> dict[str, Any]:
     if not isinstance(out, dict):
         raise ValueError("ticketq metadata that is not a JSON object")
     return out
+
+
+def publish_problem(data: bytes) -> str | None:
+    """Why a head file's bytes are not published through Redis, or None: a head with an MLP (its
+    format), which would hold the shared Redis while it is copied. Bytes that are no ticketq head are
+    the workers' to refuse (they keep theirs), as before."""
+    try:
+        meta = head_metadata(data)
+    except (ValueError, RecursionError):
+        return None
+    if meta.get("format") not in UNPUBLISHED_FORMATS:
+        return None
+    size = len(data) / 1e6
+    return (
+        f"a head with an MLP ({size:.0f} MB) is not published through Redis: copying it would hold the "
+        "shared Redis for a large fraction of a second; name its file in the task (head = ...) instead, "
+        "or train it with mlp = false to publish"
+    )
 
 
 def read_head(client: Any, key: str) -> tuple[str, bytes] | None:

@@ -13,6 +13,7 @@ import torch
 
 from producer.learning import HEAD_META_KEY, head_metadata
 from worker.engine import mlp
+from worker.engine.fit import ABSENT
 from worker.engine.head import FORMAT, FORMAT_MLP, Head, HeadError, Identity
 from worker.engine.recipe import Recipe
 from worker.engine.task import Task, TaskError, tomllib, wants_mlp
@@ -123,14 +124,12 @@ def test_the_standardization_is_folded_into_the_first_layer() -> None:
 def test_blend_mixes_probabilities_in_log_space() -> None:
     g = torch.Generator().manual_seed(7)
     linear, other = 5 * torch.randn(6, 4, generator=g), 5 * torch.randn(6, 4, generator=g)
-    other[:, 3] = mlp.ABSENT
+    other[:, 3] = ABSENT
     torch.testing.assert_close(mlp.blend(linear, other, 0.0), torch.log_softmax(linear, -1))
     mixed = mlp.blend(linear, other, 0.3)
     expected = 0.7 * torch.softmax(linear, -1) + 0.3 * torch.softmax(other, -1)
     torch.testing.assert_close(mixed.exp(), expected)
-    assert torch.isfinite(
-        mlp.blend(torch.full((2, 3), mlp.ABSENT), torch.full((2, 3), mlp.ABSENT), 0.5)
-    ).all()
+    assert torch.isfinite(mlp.blend(torch.full((2, 3), ABSENT), torch.full((2, 3), ABSENT), 0.5)).all()
     # a tie goes to the smaller share: the MLP is kept only where it adds
     assert mlp.choose_share(linear, linear.clone(), [0, 1, 2, 3, 0, 1])[0] == 0.0
 

@@ -215,6 +215,21 @@ def row_weights(weight: Sequence[float] | None, n: int) -> torch.Tensor | None:
     return out
 
 
+ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
+
+
+def placed(
+    weight: torch.Tensor, bias: torch.Tensor, rows: Sequence[int], labels: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fit's output rows (one per class learnt) placed at ``rows`` of ``labels`` outputs (the task's
+    labels): the others get no weight and the bias :data:`ABSENT`, so they are never chosen."""
+    out_w = torch.zeros(labels, weight.shape[1])
+    out_b = torch.full((labels,), ABSENT)
+    index = torch.tensor(list(rows), dtype=torch.long)
+    out_w[index], out_b[index] = weight, bias
+    return out_w, out_b
+
+
 def balanced(y: Sequence[int], weight: Sequence[float] | None = None) -> list[float]:
     """Row weights under which every label present carries the same total weight, the mean label's: each
     row's weight (``weight``; None: 1) times that mean over its label's total. Within a label the rows

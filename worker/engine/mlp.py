@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .fit import _standardize
+from .fit import _standardize, placed
 
 HIDDEN = 1024  # per network
 SEEDS = 2
@@ -43,7 +43,6 @@ INPUT_DROPOUT = 0.2
 DROPOUT = 0.5
 SMOOTHING = 0.1
 SHARES = (0.3, 0.5, 0.7)  # the MLP's weight in the blend, chosen per head among these (or 0: no MLP)
-ABSENT = -1e4  # output bias of a label the network never learnt: it never wins
 
 
 def version() -> dict[str, object]:
@@ -118,11 +117,7 @@ class Mlp:
     def placed(self, rows: Sequence[int], labels: int) -> Mlp:
         """The same network with its outputs at ``rows`` of ``labels`` (the task's labels; the others
         never win)."""
-        w_out = torch.zeros(labels, self.w_out.shape[1])
-        b_out = torch.full((labels,), ABSENT)
-        index = torch.tensor(list(rows), dtype=torch.long)
-        w_out[index], b_out[index] = self.w_out, self.b_out
-        return Mlp(self.w_in, self.b_in, w_out, b_out)
+        return Mlp(self.w_in, self.b_in, *placed(self.w_out, self.b_out, rows, labels))
 
 
 def blend(linear: torch.Tensor, nonlinear: torch.Tensor, share: float) -> torch.Tensor:
@@ -168,9 +163,10 @@ def fit_mlp(
     in the loss and the standardization as :func:`.fit.fit` weighs them), returned as one averaged network
     for raw features with ``classes`` outputs. ``progress()`` after each epoch of each network."""
     weight = None if row_weight is None else torch.tensor(list(row_weight), dtype=torch.float64)
-    mean, std = _standardize(x.to(torch.float64).cpu(), weight)
+    raw = x.to(torch.float64).cpu()
+    mean, std = _standardize(raw, weight)
     scale = torch.where(torch.isfinite(std), 1.0 / std, 0.0)  # a constant feature gets no weight
-    xs = ((x.to(torch.float64).cpu() - mean) * scale).float()
+    xs = ((raw - mean) * scale).float()
     target = torch.tensor(list(y), dtype=torch.long)
     share = None if weight is None else (weight / weight.mean()).float()
     nets = [_fit_one(xs, target, classes, seed * 1000 + s, share, progress) for s in range(SEEDS)]

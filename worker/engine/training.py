@@ -16,7 +16,7 @@ import torch
 from . import beyond
 from . import mlp as nonlinear
 from .calibration import ece, fit_temperature, risk_coverage, threshold_for_accuracy
-from .fit import FOLDS, L2_GRID, Fit, balanced, confusion, fit, stratified_folds
+from .fit import FOLDS, L2_GRID, Fit, balanced, confusion, fit, placed, stratified_folds
 from .head import Head, HeadError, Identity, OutOfFold, digest
 from .model import LoadedModel, cache_root
 from .options import is_no_head
@@ -53,7 +53,6 @@ class Engine(Protocol):
 # progress(stage, done, total): stage is "features" (tickets), "fit" (cross-validation fits), "extras"
 # (folds of the cross-validation with label names or unlabelled tickets) or "mlp" (the MLP's epochs)
 Progress = Callable[[str, int, int], None]
-_ABSENT = -1e4  # bias of a label without training tickets: it is never chosen
 # How heads are trained, in the cache key: a cached head from an older way is trained again (2: a
 # temperature fitted on out-of-fold logits, so cached heads from before carry calibrated scores too).
 TRAINING = 2
@@ -174,17 +173,16 @@ def train_head(
         out.accuracy,
         out.confusion,
     )
-    second: Second | None = None
+    second: Second | None = None  # the MLP's judgement, kept or not; ``blended``: when kept
     if mlp and cv_logits is not None:
         folds = out.folds or stratified_folds(y, result.folds, seed)
         stage = (lambda d, t: progress("mlp", d, t)) if progress else None
         second = second_reading(x, y, len(present), cv_logits, folds, seed, row_weight, stage)
+    blended = second if second is not None and second.net is not None else None
     temperature, review_below, calibration = 1.0, None, {}
     if cv_logits is not None:
         # calibrated on what the head ships: the linear reading out of fold, or the blend on its fold
-        judged, truth = (
-            (cv_logits, y) if second is None or second.net is None else (second.logits, second.truth)
-        )
+        judged, truth = (cv_logits, y) if blended is None else (blended.logits, blended.truth)
         temperature = fit_temperature(judged, truth)
         probs = torch.softmax(judged / temperature, -1)
         confidence = probs.max(1).values.tolist()
@@ -198,12 +196,14 @@ def train_head(
             review_below = 1.0 if threshold is None else threshold
     elif auto_accuracy is not None:
         raise TrainingError("auto_accuracy needs cross-validation: a label with two tickets or more")
-    weight = torch.zeros(len(task_labels), x.shape[1])
-    bias = torch.full((len(task_labels),), _ABSENT)
-    weight[rows], bias[rows] = learnt, bias_learnt
+    weight, bias = placed(learnt, bias_learnt, rows.tolist(), len(task_labels))
     ident = engine.identity
     counts = Counter(labels)
-    net = None if second is None or second.net is None else second.net.placed(rows.tolist(), len(task_labels))
+    net = (
+        None
+        if blended is None or blended.net is None
+        else blended.net.placed(rows.tolist(), len(task_labels))
+    )
     checked = None
     if out.folds is not None and cv_predicted is not None:
         task_rows = rows.tolist()
@@ -219,7 +219,7 @@ def train_head(
         temperature=temperature,
         review_below=review_below,
         mlp=net,
-        mlp_share=second.share if net is not None and second is not None else 0.0,
+        mlp_share=0.0 if blended is None else blended.share,
         training={
             "n": len(labels),
             "counts": {lab: counts.get(lab, 0) for lab in task_labels},
