@@ -163,6 +163,14 @@ def test_damaged_mlp_heads_are_refused_in_one_line(heads: tuple[Head, Head]) -> 
     wrong = {**tensors, "mlp_out": tensors["mlp_out"][:2]}
     with pytest.raises(HeadError, match="does not fit"):
         Head.from_bytes(save(wrong, metadata={HEAD_META_KEY: json.dumps(meta)}))
+    hollow = {  # no hidden units at all: refused as such, not through a torch error further on
+        **tensors,
+        "mlp_in": tensors["mlp_in"][:0],
+        "mlp_in_bias": tensors["mlp_in_bias"][:0],
+        "mlp_out": tensors["mlp_out"][:, :0],
+    }
+    with pytest.raises(HeadError, match="no network"):
+        Head.from_bytes(save(hollow, metadata={HEAD_META_KEY: json.dumps(meta)}))
     huge = {**tensors, "mlp_in": tensors["mlp_in"] * 0 + 3e38}
     with pytest.raises(HeadError, match="MLP weights reach"):
         Head.from_bytes(save(huge, metadata={HEAD_META_KEY: json.dumps(meta)}))

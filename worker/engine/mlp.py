@@ -71,6 +71,8 @@ class Mlp:
 
     def __post_init__(self) -> None:
         hidden, labels = self.w_in.shape[0], self.w_out.shape[0]
+        if self.w_in.ndim != 2 or hidden < 1 or self.w_in.shape[1] < 1:
+            raise ValueError(f"mlp_in of shape {tuple(self.w_in.shape)}: no network (units x features)")
         shapes = {
             "mlp_in": (self.w_in, 2, None),
             "mlp_in_bias": (self.b_in, 1, (hidden,)),
