@@ -48,7 +48,8 @@ key                        type    what                                         
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 ``P:head:good``            hash    version, data: the newest published head a worker loaded      replaced
-                                   (``keep_head.lua``): a worker that refuses ``P:head`` serves
+                                   (``keep_head.lua``, a COPY of ``P:head``, its other fields
+                                   too): a worker that refuses ``P:head`` serves
                                    this one, as the workers running since before it was
                                    published still do, not its task's own head.
 ``P:review``               zset    ids of ``"review": true`` results scored by margin (top      labelled,

@@ -4,6 +4,7 @@ any language would call it), the texts workers keep, publishing heads, and a wor
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -502,10 +503,34 @@ def test_the_last_good_head_of_the_wrong_type_is_replaced_not_a_crash(r: redis.R
     watch = HeadWatch(r, keys, classifier)
     assert watch.check() is False and classifier.head is None  # no last good head to serve
     client.publish_head(b"t2")
-    assert watch.check() is True and r.hgetall(keys.head_good) == {b"version": b"2", b"data": b"t2"}
+    assert watch.check() is True and r.hmget(keys.head_good, ["version", "data"]) == [b"2", b"t2"]
     r.hdel(keys.head_good, "data")  # no data: not a head to fall back to
     client.publish_head(b"bad")
     assert HeadWatch(r, keys, AskingClassifier()).check() is False
+
+
+def test_the_last_good_head_is_kept_without_copy_too(redis_url: str, r: redis.Redis, keys: Keys) -> None:
+    """keep_head.lua copies P:head inside the server (COPY: no 39 MB through Lua); a worker whose ACL
+    predates it (or a Redis before 6.2) keeps the head by moving its bytes, as before, not an error."""
+    user, password = f"ticketq-test-{os.urandom(4).hex()}", os.urandom(8).hex()
+    r.acl_setuser(
+        user, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.prefix}*"], commands=["+@all", "-copy"]
+    )
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:{password}@", 1)
+        narrow = redis.Redis.from_url(url)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            narrow.copy(keys.head, keys.head_good)
+        Client(r, keys.prefix).publish_head(b"t1")
+        watch = HeadWatch(narrow, keys, AskingClassifier())
+        assert watch.check() is True
+        assert r.hmget(keys.head_good, ["version", "data"]) == [b"1", b"t1"]
+        Client(r, keys.prefix).publish_head(b"t2")  # and with COPY allowed: the whole hash, copied
+        assert HeadWatch(r, keys, AskingClassifier()).check() is True
+        assert r.hgetall(keys.head_good) == r.hgetall(keys.head)
+        narrow.close()
+    finally:
+        r.acl_deluser(user)
 
 
 def test_a_further_questions_label_is_checked_against_its_label_set_without_an_answer(
