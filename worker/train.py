@@ -485,9 +485,9 @@ def _gate(
             )
     except ValueError as exc:
         return unjudged(name, str(exc))
-    lost = gate.self_training_lost(current.training, head.training)
+    lost = gate.lost_unseen(current.training, head.training, comparison.method)
     if lost:
-        comparison = replace(comparison, reasons=[*comparison.reasons, lost])
+        comparison = replace(comparison, reasons=[*comparison.reasons, *lost])
     if comparison.refused and force:
         comparison = replace(comparison, forced=True)
     return comparison

@@ -127,6 +127,29 @@ def test_a_candidate_without_the_self_training_of_the_head_in_use_is_not_judged_
     assert gate.self_training_lost({}, {}) is None
 
 
+def test_a_candidate_without_the_mlp_of_the_head_in_use_is_not_judged_like_for_like() -> None:
+    """The gate refits the head in use by its linear reading per fold: the half point its MLP adds is
+    invisible there, and a head published from corrections cannot carry an MLP. Refused with a way out,
+    unless the head in use was judged by what it ships (direct) or the candidate has an MLP too."""
+    from worker import gate
+
+    mlp = {"share": 0.7, "held_out": 2001, "accuracy_by_share": {"0": 0.922, "0.3": 0.925, "0.7": 0.929}}
+    used = {"mlp": mlp}
+    lost = gate.mlp_lost(used, {}, "refit")
+    assert lost and "92.2% linear, 92.9% blended" in lost and "--mlp --out FILE" in lost
+    assert gate.mlp_lost(used, {}, "direct") is None  # judged with its MLP
+    assert gate.mlp_lost(used, {"mlp": {**mlp, "share": 0.3}}, "refit") is None  # the candidate has one
+    assert gate.mlp_lost({"mlp": {**mlp, "share": 0.0}}, {}, "refit") is None  # tried, not kept
+    assert gate.mlp_lost({"mlp": {"share": 0.5}}, {}, "refit") == (  # no fold figures: still refused
+        "the head in use blends an MLP with its linear reading, which this comparison of linear readings "
+        "cannot see and a head published through Redis cannot carry: train with --mlp --out FILE (not "
+        "--publish) and serve that file, or --force"
+    )
+    both = {**used, "beyond": {"unlabeled": 9229, "used": True}}
+    assert gate.lost_unseen(both, {}, "refit") == [gate.self_training_lost(both, {}), lost]
+    assert gate.lost_unseen({}, {}, "refit") == []
+
+
 def bands() -> tuple[torch.Tensor, list[int], list[bool], torch.Tensor]:
     """Two long clusters side by side (x = -1 and +1, long in y). The rows a head learns from show each
     class at one end only (class 0 at the top, class 1 at the bottom), so they separate it by height; the
