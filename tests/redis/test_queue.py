@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -200,6 +200,33 @@ def test_an_ack_releases_its_payloads_from_the_tail_oldest_first_whatever_order_
     assert r.llen(keys.inflight("w1")) == 0
     assert [count for count, _ in removed] == [-1] * (n + 1)
     assert [value for _, value in removed] == sorted(got, key=got.index)  # the claim's order, oldest first
+
+
+def test_rejects_are_checked_in_flight_with_one_read_not_a_scan_each(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whether each rejected payload is still held was one LPOS per reject, each scanning the in-flight
+    list from its head inside the WATCH: quadratic in the drain (audit, twenty-third session). One LRANGE
+    now; a copy held once is dead-lettered once, however many rejects name it."""
+    n = 300
+    raws = [json.dumps({"id": f"b{i}", "pad": "x" * 500 + str(i)}).encode() for i in range(n)]
+    r.lpush(keys.tickets, *raws)
+    got = q.claim(n, max_wait_s=0)
+    calls: list[str] = []
+    for name in ("lpos", "lrange"):
+        real = getattr(redis.client.Pipeline, name)
+
+        def spy(self: redis.client.Pipeline, *args: Any, _real: Any = real, _name: str = name) -> Any:
+            calls.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(redis.client.Pipeline, name, spy)
+    bad = [Rejected(raw, DeadLetter("not wanted", raw, worker="w1")) for raw in got]
+    report = q.ack([], [*bad, Rejected(got[0], DeadLetter("twice", got[0], worker="w1"))])
+    assert calls == ["lrange"] and len(report.dead) == n and r.llen(keys.dead) == n
+    assert sorted(DeadLetter.from_json(x).payload for x in r.lrange(keys.dead, 0, -1)) == sorted(raws)
+    assert r.llen(keys.inflight("w1")) == 0
+    assert q.ack([], bad[:3]).dead == [] and r.llen(keys.dead) == n  # acked already: no second letter
 
 
 def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys) -> None:
