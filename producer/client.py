@@ -34,6 +34,7 @@ from producer.learning import (
 )
 from producer.protocol import (
     DEFAULT_PREFIX,
+    MAX_HEARTBEAT_BYTES,
     MAX_LETTER_BYTES,
     MAX_TEXT_CHARS,
     VERSION,
@@ -410,14 +411,15 @@ class Client:
         ids = sorted(as_text(m) for m in members)
         with self.redis.pipeline(transaction=False) as pipe:
             for wid in ids:
-                pipe.get(self.keys.heartbeat(wid))
+                pipe.exists(self.keys.heartbeat(wid))
+                pipe.getrange(self.keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)  # one by hand: a part
                 pipe.llen(self.keys.inflight(wid))
             replies = pipe.execute()
         workers = []
         for n, wid in enumerate(ids):
-            beat, held = replies[2 * n], replies[2 * n + 1]
+            alive, beat, held = replies[3 * n : 3 * n + 3]
             info = _json_object(beat)
-            workers.append(WorkerStats(id=wid, alive=beat is not None, inflight=int(held), info=info))
+            workers.append(WorkerStats(id=wid, alive=bool(alive), inflight=int(held), info=info))
         return Stats(waiting=int(waiting), done=int(done), dead=int(dead), workers=workers)
 
     # -- corrections and heads ---------------------------------------------------------------------------

@@ -22,7 +22,8 @@ key                        type    what                                         
                                    Requeued onto ``P:tickets`` if the worker's heartbeat        or requeued
                                    expires.
 ``P:heartbeat:<worker>``   string  worker info JSON (id, host, model, ``questions``: the        TTL
-                                   task's further questions); refreshed with a TTL.
+                                   task's further questions); refreshed with a TTL. Readers
+                                   read its first ``MAX_HEARTBEAT_BYTES`` only.
 ``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
                                                                                                 recovery
 ``P:attempts``             hash    payload digest (:func:`payload_digest`: the sha1 of the      deleted on
@@ -110,6 +111,9 @@ VERSION = 1
 MAX_ID_CHARS = 256
 MAX_TEXT_CHARS = 16_384
 DEFAULT_PREFIX = "ticketq"
+# What a reader of a heartbeat reads of it (GETRANGE): a worker writes a few hundred bytes; one made by hand
+# of 100 MB was read whole by every `stats` and every health probe (`ticketq-worker check`).
+MAX_HEARTBEAT_BYTES = 64 * 1024
 MAX_REVIEW = 10_000  # ids kept in P:review (and each P:q:NAME:review); past it the largest margins go
 
 

@@ -23,7 +23,7 @@ from producer.client import mask_url
 from producer.config import between, option, setting
 from producer.exitcodes import Exit
 from producer.options import RedisOptions
-from producer.protocol import Keys, cluster_prefix
+from producer.protocol import MAX_HEARTBEAT_BYTES, Keys, cluster_prefix
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,11 @@ def run(ns: argparse.Namespace) -> int:
             # a member no worker wrote (not UTF-8, by hand) names no heartbeat: skipped, not a traceback
             ids = sorted(filter(None, map(_utf8, client.smembers(keys.workers))))
         with client.pipeline(transaction=False) as pipe:
-            for wid in ids:
-                pipe.get(keys.heartbeat(wid))
-            beats = pipe.execute() if ids else []
+            for wid in ids:  # at most MAX_HEARTBEAT_BYTES of each (a heartbeat made by hand: a part)
+                pipe.exists(keys.heartbeat(wid))
+                pipe.getrange(keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)
+            replies = pipe.execute() if ids else []
+        beats = [beat if exists else None for exists, beat in zip(replies[::2], replies[1::2], strict=True)]
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         print(f"unhealthy: Redis at {mask_url(args.redis_url)}: {type(exc).__name__}: {exc}")
         return Exit.FAILED

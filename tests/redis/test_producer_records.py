@@ -102,6 +102,28 @@ def test_heads_stats_corrections_and_review_read_past_records_no_worker_wrote(
     assert code == 0 and json.loads(out)["margin"] is None  # "Infinity" is not JSON
 
 
+def test_a_heartbeat_made_by_hand_is_read_only_up_to_its_bound(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """stats and the health probe read every worker's heartbeat: one of 100 MB, set by hand, was read whole
+    by each of them. Now its first MAX_HEARTBEAT_BYTES: alive, its info unreadable (a part of it)."""
+    from producer.protocol import MAX_HEARTBEAT_BYTES
+
+    r.sadd(keys.workers, "w1", "big", "gone")
+    r.set(keys.heartbeat("w1"), json.dumps({"host": "h1", "model": "m"}), ex=60)
+    r.set(keys.heartbeat("big"), json.dumps({"host": "h2", "pad": "x" * (4 * MAX_HEARTBEAT_BYTES)}), ex=60)
+    sent = int(r.info("stats")["total_net_output_bytes"])
+    stats = Client(r, keys.prefix).stats()
+    assert int(r.info("stats")["total_net_output_bytes"]) - sent < 2 * MAX_HEARTBEAT_BYTES
+    by = {w.id: w for w in stats.workers}
+    assert (by["w1"].alive, by["w1"].info["host"]) == (True, "h1")
+    assert (by["big"].alive, by["big"].info) == (True, {}) and by["gone"].alive is False
+    cmd = [sys.executable, "-m", "worker", "check", "--redis-url", redis_url, "--prefix", keys.prefix]
+    for wid, healthy in (("big", 0), ("gone", 1)):
+        done = subprocess.run([*cmd, "--worker-id", wid], cwd=ROOT, capture_output=True, timeout=60)
+        assert done.returncode == healthy, done.stdout
+
+
 def test_a_lone_surrogate_in_a_record_is_printed_escaped_not_a_crash(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:
