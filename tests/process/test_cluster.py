@@ -144,3 +144,22 @@ def test_a_master_failover_mid_run_loses_no_ticket(tmp_path: Path, ckeys: Keys) 
         ]
         assert any(e["event"] == "redis_unavailable" for e in events)  # the failover was felt, and ridden out
         (tmp_path / "failover.json").write_text(json.dumps({"old": old, "new": new, "results": len(results)}))
+
+
+def test_the_last_good_head_is_kept_on_a_cluster(cluster: RedisCluster, ckeys: Keys) -> None:
+    """keep_head.lua's COPY between P:head and P:head:good: one hash slot (the prefix's hash tag)."""
+    from support import FakeClassifier
+
+    from worker.headwatch import HeadWatch
+
+    class Heads(FakeClassifier):
+        head: tuple[bytes, str] | None = None
+
+        def load_head(self, data: bytes, version: str, question: str | None = None) -> None:
+            self.head = (data, version)
+
+    client = connect(cluster.url, cluster=True)
+    Client.from_url(cluster.url, ckeys.prefix, cluster=True).publish_head(b"t1")
+    heads = Heads()
+    assert HeadWatch(client, ckeys, heads).check() is True and heads.head == (b"t1", "1")
+    assert client.hmget(ckeys.head_good, ["version", "data"]) == [b"1", b"t1"]
