@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,11 @@ def test_the_acls_in_the_threat_model_work_as_written(
     reasons = sorted(DeadLetter.from_json(d).reason.split(":")[0] for d in admin.lrange(keys.dead, 0, -1))
     assert reasons == ["not JSON", "payload too large"]
     assert worker.alive
+    # the health probe as the worker user (docker-compose's healthcheck) reads its heartbeat
+    probe = [sys.executable, "-m", "worker", "check", "--redis-url", url("ticketq-worker")]
+    probe += ["--prefix", "ticketq"]
+    done = subprocess.run([*probe, "--worker-id", worker.id], cwd=ROOT, capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(b"healthy"), done.stdout
     os.kill(worker.proc.pid, signal.SIGTERM)
     assert worker.proc.wait(10) == 0
     assert admin.hlen(keys.results) == 11 and admin.llen(keys.tickets) == 0
@@ -155,6 +161,7 @@ def test_the_acls_in_the_threat_model_work_as_written(
 
     Client(admin, "ticketq").publish_head(b"h1")
     assert HeadWatch(connect(url("ticketq-worker")), keys, Heads()).check() is True
+    assert admin.hgetall(keys.head_good) == admin.hgetall(keys.head)  # kept by COPY, which the line grants
     Client(admin, "ticketq").publish_head(b"bad")
     started = Heads()
     assert HeadWatch(connect(url("ticketq-worker")), keys, started).check() is True
