@@ -7,11 +7,12 @@
 -- Copies only while that version is still the current one (a publish since: the next load keeps it) and
 -- not kept already, so of a fleet loading one head, one worker copies it. A key of another type than a
 -- hash (by hand) is read as absent and P:head:good replaced: never an error in the worker's loop. Only
--- commands the worker's ACL already grants (docs/threat-model.md).
+-- commands the worker's ACL grants (docs/threat-model.md; COPY since the twenty-third session).
 -- Cost: O(1) plus one copy of the head's bytes per publish, inside the server (COPY: 39 MiB in about 20 ms
 --   on a 2-core EPYC, where moving them through Lua as this script first did held Redis 155-170 ms). Where
---   COPY is refused (Redis before 6.2, or an ACL written before this script used it), the bytes go through
---   Lua as before. P:head:good then holds P:head's other fields too (at, sha256, by): read by name, harmless.
+--   COPY is refused (an ACL written before this script used it), the bytes go through Lua as before.
+--   P:head:good then holds P:head's other fields too (at, sha256, by) and any TTL set on it by hand: its
+--   readers read version and data by name, so this is harmless.
 -- Returns 1 when copied.
 local function field(key, name)
   local value = redis.pcall('HGET', key, name)
