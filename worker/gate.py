@@ -364,37 +364,48 @@ def self_training_lost(in_use: dict[str, Any], candidate: dict[str, Any]) -> str
     )
 
 
-def blends_mlp(training: dict[str, Any]) -> bool:
-    """Whether a head blends an MLP with its linear reading: its ``training["mlp"]`` record kept one."""
-    mlp = training.get("mlp")
-    return isinstance(mlp, dict) and bool(mlp.get("share"))
-
-
-def mlp_lost(in_use: dict[str, Any], candidate: dict[str, Any], method: str) -> str | None:
-    """Why a candidate without an MLP cannot be judged like for like with a head in use that blends one,
-    when the head in use was refitted per fold (``method`` "refit"): both sides are then judged by their
-    linear reading, so what the MLP added (half a point to 0.65 on Banking77's full split) is invisible,
-    and a head published from corrections cannot carry one. None when nothing is lost that way (the head
-    in use judged ``direct`` is judged with its MLP)."""
-    if method != "refit" or not blends_mlp(in_use) or blends_mlp(candidate):
+def mlp_lost(
+    in_use: bool, candidate: bool, method: str, record: Any = None, tried: bool = False
+) -> str | None:
+    """Why a candidate without an MLP cannot be judged like for like with a head in use that blends one
+    (``in_use``, ``candidate``: whether each head, as loaded and checked, has an MLP), when the head in use
+    was refitted per fold (``method`` "refit"): both sides are then judged by their linear reading, so what
+    the MLP added (half a point to 0.65 on Banking77's full split) is invisible, and a head published from
+    corrections cannot carry one. None when nothing is lost that way (the head in use judged ``direct`` is
+    judged with its MLP). ``record``: the head in use's ``training["mlp"]`` (anyone's JSON once published:
+    its fold figures are shown only when they are numbers); ``tried``: the candidate fitted an MLP that its
+    held-out fold did not keep."""
+    if method != "refit" or not in_use or candidate:
         return None
-    record = in_use["mlp"]
-    by = record.get("accuracy_by_share") or {}
-    linear, blended = by.get("0"), by.get(f"{float(record['share']):g}")
     seen = ""
-    if isinstance(linear, int | float) and isinstance(blended, int | float):
-        seen = f" ({linear:.1%} linear, {blended:.1%} blended on its held-out fold)"
+    by = record.get("accuracy_by_share") if isinstance(record, dict) else None
+    share = record.get("share") if isinstance(record, dict) else None
+    if isinstance(by, dict) and isinstance(share, int | float) and not isinstance(share, bool):
+        linear, blended = by.get("0"), by.get(f"{float(share):g}")
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (linear, blended)):
+            seen = f" ({linear:.1%} linear, {blended:.1%} blended on its held-out fold)"
+    way = (
+        "this candidate's own MLP did not add on its held-out fold: --force, or keep the head in use"
+        if tried
+        else "train with --mlp --out FILE (not --publish) and serve that file, or --force"
+    )
     return (
         f"the head in use blends an MLP with its linear reading{seen}, which this comparison of linear "
-        "readings cannot see and a head published through Redis cannot carry: train with --mlp --out FILE "
-        "(not --publish) and serve that file, or --force"
+        f"readings cannot see and a head published through Redis cannot carry: {way}"
     )
 
 
-def lost_unseen(in_use: dict[str, Any], candidate: dict[str, Any], method: str) -> list[str]:
-    """What the candidate loses that the comparison cannot see (its reasons to refuse): the head in use's
-    self-training (:func:`self_training_lost`) or its MLP (:func:`mlp_lost`)."""
-    found = (self_training_lost(in_use, candidate), mlp_lost(in_use, candidate, method))
+def lost_unseen(in_use: Any, candidate: Any, method: str) -> list[str]:
+    """What the candidate loses that the comparison cannot see (its reasons to refuse), of two loaded heads
+    (their ``training`` records and ``mlp``): the head in use's self-training (:func:`self_training_lost`)
+    or its MLP (:func:`mlp_lost`)."""
+    tried = isinstance(candidate.training.get("mlp"), dict)
+    found = (
+        self_training_lost(in_use.training, candidate.training),
+        mlp_lost(
+            in_use.mlp is not None, candidate.mlp is not None, method, in_use.training.get("mlp"), tried
+        ),
+    )
     return [why for why in found if why]
 
 

@@ -485,7 +485,7 @@ def _gate(
             )
     except ValueError as exc:
         return unjudged(name, str(exc))
-    lost = gate.lost_unseen(current.training, head.training, comparison.method)
+    lost = gate.lost_unseen(current, head, comparison.method)
     if lost:
         comparison = replace(comparison, reasons=[*comparison.reasons, *lost])
     if comparison.refused and force:

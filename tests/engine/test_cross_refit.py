@@ -130,24 +130,41 @@ def test_a_candidate_without_the_self_training_of_the_head_in_use_is_not_judged_
 def test_a_candidate_without_the_mlp_of_the_head_in_use_is_not_judged_like_for_like() -> None:
     """The gate refits the head in use by its linear reading per fold: the half point its MLP adds is
     invisible there, and a head published from corrections cannot carry an MLP. Refused with a way out,
-    unless the head in use was judged by what it ships (direct) or the candidate has an MLP too."""
+    unless the head in use was judged by what it ships (direct) or the candidate has an MLP too. Whether a
+    head has one is the loaded head's (checked); its training record, anyone's JSON, only adds figures."""
+    from types import SimpleNamespace
+
     from worker import gate
 
     mlp = {"share": 0.7, "held_out": 2001, "accuracy_by_share": {"0": 0.922, "0.3": 0.925, "0.7": 0.929}}
-    used = {"mlp": mlp}
-    lost = gate.mlp_lost(used, {}, "refit")
+    lost = gate.mlp_lost(True, False, "refit", mlp)
     assert lost and "92.2% linear, 92.9% blended" in lost and "--mlp --out FILE" in lost
-    assert gate.mlp_lost(used, {}, "direct") is None  # judged with its MLP
-    assert gate.mlp_lost(used, {"mlp": {**mlp, "share": 0.3}}, "refit") is None  # the candidate has one
-    assert gate.mlp_lost({"mlp": {**mlp, "share": 0.0}}, {}, "refit") is None  # tried, not kept
-    assert gate.mlp_lost({"mlp": {"share": 0.5}}, {}, "refit") == (  # no fold figures: still refused
+    assert gate.mlp_lost(True, False, "direct", mlp) is None  # judged with its MLP
+    assert gate.mlp_lost(True, True, "refit", mlp) is None  # the candidate has one
+    assert gate.mlp_lost(False, False, "refit", mlp) is None  # a record claiming one: the head has none
+    tried = gate.mlp_lost(True, False, "refit", mlp, tried=True)
+    assert tried and "did not add on its held-out fold" in tried and "--mlp --out" not in tried
+    plain = (
         "the head in use blends an MLP with its linear reading, which this comparison of linear readings "
         "cannot see and a head published through Redis cannot carry: train with --mlp --out FILE (not "
         "--publish) and serve that file, or --force"
     )
-    both = {**used, "beyond": {"unlabeled": 9229, "used": True}}
-    assert gate.lost_unseen(both, {}, "refit") == [gate.self_training_lost(both, {}), lost]
-    assert gate.lost_unseen({}, {}, "refit") == []
+    for junk in (None, [1], {"share": "x"}, {"share": True, "accuracy_by_share": {"1": 1}}, {"share": 0.5}):
+        assert gate.mlp_lost(True, False, "refit", junk) == plain  # figures left out, never a traceback
+    assert (
+        gate.mlp_lost(True, False, "refit", {"share": 0.7, "accuracy_by_share": {"0": "a", "0.7": 1}})
+        == plain
+    )
+
+    def head(training: dict, has_mlp: bool) -> SimpleNamespace:
+        return SimpleNamespace(training=training, mlp=object() if has_mlp else None)
+
+    both = head({"mlp": mlp, "beyond": {"unlabeled": 9229, "used": True}}, True)
+    assert gate.lost_unseen(both, head({}, False), "refit") == [
+        gate.self_training_lost(both.training, {}),
+        lost,
+    ]
+    assert gate.lost_unseen(head({}, False), head({}, False), "refit") == []
 
 
 def bands() -> tuple[torch.Tensor, list[int], list[bool], torch.Tensor]:
