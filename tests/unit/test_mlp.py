@@ -171,6 +171,12 @@ def test_damaged_mlp_heads_are_refused_in_one_line(heads: tuple[Head, Head]) -> 
     }
     with pytest.raises(HeadError, match="no network"):
         Head.from_bytes(save(hollow, metadata={HEAD_META_KEY: json.dumps(meta)}))
+    for flat in (
+        {**tensors, "mlp_in": tensors["mlp_in"][0, 0]},
+        {**tensors, "mlp_out": tensors["mlp_out"][None]},
+    ):
+        with pytest.raises(HeadError, match="is not a matrix"):  # 0-d and 3-d: no IndexError on the way
+            Head.from_bytes(save(flat, metadata={HEAD_META_KEY: json.dumps(meta)}))
     huge = {**tensors, "mlp_in": tensors["mlp_in"] * 0 + 3e38}
     with pytest.raises(HeadError, match="MLP weights reach"):
         Head.from_bytes(save(huge, metadata={HEAD_META_KEY: json.dumps(meta)}))

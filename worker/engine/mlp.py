@@ -70,8 +70,11 @@ class Mlp:
     b_out: torch.Tensor  # (labels,)
 
     def __post_init__(self) -> None:
+        for name, t in (("mlp_in", self.w_in), ("mlp_out", self.w_out)):
+            if t.ndim != 2:
+                raise ValueError(f"{name} of shape {tuple(t.shape)} is not a matrix")
         hidden, labels = self.w_in.shape[0], self.w_out.shape[0]
-        if self.w_in.ndim != 2 or hidden < 1 or self.w_in.shape[1] < 1:
+        if hidden < 1 or self.w_in.shape[1] < 1:
             raise ValueError(f"mlp_in of shape {tuple(self.w_in.shape)}: no network (units x features)")
         shapes = {
             "mlp_in": (self.w_in, 2, None),
