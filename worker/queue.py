@@ -50,6 +50,7 @@ _WATCH_RETRIES = 64
 # Tickets one ack transaction writes and releases at most: a drain larger than this is acknowledged in
 # several (measured, 2-core EPYC: a 10,000-ticket transaction held Redis for about 90 ms; 500, a few ms).
 ACK_STEP = 500
+_FEW_REJECTS = 4  # up to this many rejects an ack checks by LPOS, more by one LRANGE (_still_held)
 _REVIEW_CUT = 1000  # review ids past MAX_REVIEW one ack removes at most
 # Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while
 # producers pushing huge payloads (refused, but read first) cannot make a worker hold more than this plus
@@ -317,13 +318,18 @@ class RedisQueue:
 
     def _still_held(self, pipe: Pipeline, rejects: list[Rejected]) -> list[Rejected]:
         """The rejects whose payloads are still in this worker's in-flight list, each copy held once.
-        One LRANGE of the list (this worker's claim: no more bytes than claim.lua moved), compared here.
-        An LPOS per reject scanned the list from the head each time, inside the WATCH: quadratic in the
-        drain (a drain of 256 rejected 64 KiB payloads alike but for their last bytes held the WATCH open
-        116 ms, and a peer's ack in that window runs it all again)."""
+        A few (the usual bad payload in a drain): an LPOS each, at worst a scan of the list. More: one
+        LRANGE of the list (this worker's claim: no more bytes than claim.lua moved), compared here; an
+        LPOS each was quadratic in the drain, inside the WATCH (1,000 rejected 64 KiB payloads alike but
+        for their last bytes: 3.3 s to ack, and a peer's ack in that window runs it all again)."""
         if not rejects:
             return rejects
-        held = Counter(_raw(p) for p in pipe.lrange(self.inflight, 0, -1))
+        if len(rejects) <= _FEW_REJECTS:
+            wanted = Counter(_raw(r.raw) for r in rejects)
+            found = {raw: pipe.lpos(self.inflight, _any(raw), count=n) for raw, n in wanted.items()}
+            held = Counter({raw: len(at) if isinstance(at, list) else 0 for raw, at in found.items()})
+        else:
+            held = Counter(_raw(p) for p in pipe.lrange(self.inflight, 0, -1))
         kept = []
         for r in rejects:
             raw = _raw(r.raw)

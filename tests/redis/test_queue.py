@@ -207,18 +207,20 @@ def test_rejects_are_checked_in_flight_with_one_read_not_a_scan_each(
 ) -> None:
     """Whether each rejected payload is still held was one LPOS per reject, each scanning the in-flight
     list from its head inside the WATCH: quadratic in the drain (audit, twenty-third session). One LRANGE
-    now; a copy held once is dead-lettered once, however many rejects name it."""
+    now past a few rejects; a copy held once is dead-lettered once, however many rejects name it."""
     n = 300
-    raws = [json.dumps({"id": f"b{i}", "pad": "x" * 500 + str(i)}).encode() for i in range(n)]
+    raws = [json.dumps({"id": f"b{i}", "text": "x" * 500 + str(i)}).encode() for i in range(n)]
     r.lpush(keys.tickets, *raws)
     got = q.claim(n, max_wait_s=0)
     calls: list[str] = []
     for name in ("lpos", "lrange"):
         real = getattr(redis.client.Pipeline, name)
 
-        def spy(self: redis.client.Pipeline, *args: Any, _real: Any = real, _name: str = name) -> Any:
+        def spy(
+            self: redis.client.Pipeline, *args: Any, _real: Any = real, _name: str = name, **kw: Any
+        ) -> Any:
             calls.append(_name)
-            return _real(self, *args)
+            return _real(self, *args, **kw)
 
         monkeypatch.setattr(redis.client.Pipeline, name, spy)
     bad = [Rejected(raw, DeadLetter("not wanted", raw, worker="w1")) for raw in got]
@@ -227,6 +229,13 @@ def test_rejects_are_checked_in_flight_with_one_read_not_a_scan_each(
     assert sorted(DeadLetter.from_json(x).payload for x in r.lrange(keys.dead, 0, -1)) == sorted(raws)
     assert r.llen(keys.inflight("w1")) == 0
     assert q.ack([], bad[:3]).dead == [] and r.llen(keys.dead) == n  # acked already: no second letter
+    # a few rejects (the usual bad payload in a drain): an LPOS each, not the whole claim read back
+    r.lpush(keys.tickets, *raws[:10], raws[0])
+    got = q.claim(11, max_wait_s=0)
+    calls.clear()
+    twice = [Rejected(raws[0], DeadLetter("bad", raws[0], worker="w1"))] * 3  # two copies held, three named
+    report = q.ack([finished(raw) for raw in got if raw != raws[0]], twice)
+    assert calls == ["lpos"] and len(report.dead) == 2 and r.llen(keys.inflight("w1")) == 0
 
 
 def test_a_poison_payload_is_dead_after_max_attempts(r: redis.Redis, keys: Keys) -> None:
