@@ -289,10 +289,11 @@ class Head:
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(n, labels) float32 raw scores for (n, hidden) features (before the temperature); with an MLP,
         the blend's log-probabilities (:func:`.mlp.blend`)."""
-        linear = torch.nn.functional.linear(features.float().cpu(), self.weight, self.bias)
+        x = features.float().cpu()  # once per batch: bfloat16 features are copied here, not per reading
+        linear = torch.nn.functional.linear(x, self.weight, self.bias)
         if self.mlp is None:
             return linear
-        return blend(linear, self.mlp.logits(features), self.mlp_share)
+        return blend(linear, self.mlp.logits(x), self.mlp_share)
 
     def log_probs(self, features: torch.Tensor) -> torch.Tensor:
         """(n, labels) calibrated log-probabilities: log_softmax(logits / temperature)."""
