@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
     import torch
@@ -377,13 +377,8 @@ def mlp_lost(
     held-out fold did not keep."""
     if method != "refit" or not in_use or candidate:
         return None
-    seen = ""
-    by = record.get("accuracy_by_share") if isinstance(record, dict) else None
-    share = record.get("share") if isinstance(record, dict) else None
-    if isinstance(by, dict) and isinstance(share, int | float) and not isinstance(share, bool):
-        linear, blended = by.get("0"), by.get(f"{float(share):g}")
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (linear, blended)):
-            seen = f" ({linear:.1%} linear, {blended:.1%} blended on its held-out fold)"
+    fold = mlp_fold(record)
+    seen = "" if fold is None else f" ({fold[0]:.1%} linear, {fold[1]:.1%} blended on its held-out fold)"
     way = (
         "this candidate's own MLP did not add on its held-out fold: --force, or keep the head in use"
         if tried
@@ -393,6 +388,23 @@ def mlp_lost(
         f"the head in use blends an MLP with its linear reading{seen}, which this comparison of linear "
         f"readings cannot see and a head published through Redis cannot carry: {way}"
     )
+
+
+def mlp_fold(record: Any) -> tuple[float, float] | None:
+    """(linear, blended) accuracy on the held-out fold an MLP was judged on, from a head's
+    ``training["mlp"]`` record (blended at its kept share; the linear again when it was dropped), or None
+    where the record holds no such numbers (anyone's JSON once published)."""
+    if not isinstance(record, dict) or not isinstance(record.get("accuracy_by_share"), dict):
+        return None
+    by, share = record["accuracy_by_share"], record.get("share")
+    if not _number(share):
+        return None
+    linear, blended = by.get("0"), by.get(f"{float(share):g}")
+    return (float(linear), float(blended)) if _number(linear) and _number(blended) else None
+
+
+def _number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def lost_unseen(in_use: Any, candidate: Any, method: str) -> list[str]:

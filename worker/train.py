@@ -684,15 +684,17 @@ def report(head: Any, info: dict[str, Any], source: str, seconds: float) -> str:
 
 def mlp_line(m: dict[str, Any]) -> str:
     """What the MLP beside the linear head did on the fold it was judged on."""
+    from worker.gate import mlp_fold
+
     by = m.get("accuracy_by_share") or {}
     tried = ", ".join(f"{float(s):.0%} {a:.1%}" for s, a in by.items() if float(s) > 0)
-    linear = by.get("0")
+    fold = mlp_fold(m)
     where = f"on a held-out fold ({m.get('held_out')} tickets; the linear head alone " + (
-        "-" if linear is None else f"{linear:.1%}"
+        "-" if fold is None else f"{fold[0]:.1%}"
     )
     if not m.get("share"):
         return f"MLP: not kept, it did not add {where}; blended at {tried}) in {m.get('seconds')} s"
-    blended = by.get(f"{m['share']:g}", 0.0)
+    blended = 0.0 if fold is None else fold[1]
     return (
         f"MLP: kept at {m['share']:.0%} of the blend, {blended:.1%} {where}; "
         f"{tried}); the calibration above is the blend's on that fold; {m.get('seconds')} s"
