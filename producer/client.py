@@ -53,6 +53,7 @@ _PUSH_CHUNK = 1000  # payloads per LPUSH at most: one round trip per chunk, boun
 _PUSH_BYTES = 1024 * 1024  # ... and bytes per LPUSH at most (a 64 MB LPUSH held Redis for 230 ms)
 _GET_CHUNK = 1000  # ids per HMGET of the results
 MAX_WAIT_S = 86_400  # the longest wait: inf overflowed the socket's timeout after the tickets were pushed
+REREAD_S = 0.5  # a wait reads its ids back at most this often after events that left entries out
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
 DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
 _KEPT_CHUNK = 200  # results scanned, and texts read in one pipeline, at a time (Client.kept_texts)
@@ -286,19 +287,29 @@ class Client:
             if out.pending:
                 out.dead.update(self._dead_among(out.pending, expect))
                 out.pending -= set(out.dead)
+            cut = _Cut()
             while out.pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if now >= deadline:
                     break
-                message = pubsub.get_message(timeout=left)
+                if cut.due(now):  # an event left entries out: read this wait's own ids back
+                    self._collect(out, sorted(out.pending), expect)
+                    cut.read(now)
+                    continue
+                message = pubsub.get_message(timeout=cut.wake(now, deadline))
                 if message is None or message.get("type") != "message":
                     continue
                 event = Event.from_json(message["data"])
+                cut.seen(event)
                 self._collect(out, [i for i in event.ids if i in out.pending], expect)
                 for tid, reason in event.dead.items():
                     if tid in out.pending and tid not in out.results and event.died(tid, expect.get(tid)):
                         out.dead[tid] = reason
                         out.pending.discard(tid)
+            if cut.any and out.pending:  # a letter left out of an event is found where it lies, once
+                self._collect(out, sorted(out.pending), expect)
+                out.dead.update(self._dead_among(out.pending, expect))
+                out.pending -= set(out.dead)
         finally:
             pubsub.close()
         return out
@@ -659,3 +670,30 @@ def _json_object(raw: bytes | None) -> dict[str, Any]:
 
 def _flat(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
+
+
+@dataclass
+class _Cut:
+    """A wait's reading back of its ids after events that left entries out (``Event.more``): at most once
+    every :data:`REREAD_S`, so a flood of such events (ids made long on purpose) costs each waiter one
+    HMGET of its own ids a second or two, not one per event."""
+
+    any: bool = False  # an event left something out during this wait
+    pending: bool = False  # ... since the last reading back
+    last: float = float("-inf")
+
+    def seen(self, event: Event) -> None:
+        if event.more:
+            self.any = self.pending = True
+
+    def due(self, now: float) -> bool:
+        return self.pending and now - self.last >= REREAD_S
+
+    def read(self, now: float) -> None:
+        self.pending, self.last = False, now
+
+    def wake(self, now: float, deadline: float) -> float:
+        """How long to wait for the next event: until the deadline, or the next reading back."""
+        if self.pending:
+            return max(0.0, min(deadline, self.last + REREAD_S) - now)
+        return deadline - now

@@ -34,7 +34,8 @@ key                        type    what                                         
                                    "dead_digests": {id: [digest, ...]}}`` after each
                                    acknowledged batch (``ids`` got results, ``dead`` were
                                    dead-lettered, ``dead_digests`` their payloads' digests), so
-                                   clients wait without polling (see :class:`Event`).
+                                   clients wait without polling (see :class:`Event`). At most
+                                   ``MAX_EVENT_BYTES``: ``"more": N`` counts entries left out.
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    and self-training (``train --from-redis``; ~160 bytes + the  ``text-s``
                                    text each, on Redis 7.0).
@@ -114,6 +115,8 @@ DEFAULT_PREFIX = "ticketq"
 # What a reader of a heartbeat reads of it (GETRANGE): a worker writes a few hundred bytes; one made by hand
 # of 100 MB was read whole by every `stats` and every health probe (`ticketq-worker check`).
 MAX_HEARTBEAT_BYTES = 64 * 1024
+# Most bytes of one P:events message (see Event): copied by Redis to every subscriber, inside the ack.
+MAX_EVENT_BYTES = 32 * 1024
 MAX_REVIEW = 10_000  # ids kept in P:review (and each P:q:NAME:review); past it the largest margins go
 
 
@@ -634,22 +637,50 @@ class Event:
     waiter for one payload is not told that another payload with the same id died. Events from older
     workers have no ``dead_digests``: a waiter then takes ``dead`` by id. Events are a wake-up call only:
     pub/sub is fire-and-forget, so the results hash stays the truth.
+
+    An event is at most :data:`MAX_EVENT_BYTES` of JSON: Redis copies it to every subscriber, and ids of
+    256 four-byte characters made one ack's event half a megabyte. What does not fit is left out, the
+    largest entries first (the dead before the written: a result can be read back, a letter cannot be
+    looked up), and ``more`` says how many were: a waiter then reads its own ids' results back.
     """
 
     ids: list[str] = field(default_factory=list)
     dead: dict[str, str] = field(default_factory=dict)
     dead_digests: dict[str, list[str]] = field(default_factory=dict)
+    more: int = 0
 
     @classmethod
-    def after(cls, written: Iterable[str], letters: Iterable[DeadLetter]) -> Event:
-        """The event for an ack that wrote results for ``written`` and these dead letters."""
-        dead: dict[str, str] = {}
-        digests: dict[str, list[str]] = {}
+    def after(
+        cls, written: Iterable[str], letters: Iterable[DeadLetter], budget: int = MAX_EVENT_BYTES
+    ) -> Event:
+        """The event for an ack that wrote results for ``written`` and these dead letters, within
+        ``budget`` bytes of JSON (the smallest entries kept, dead letters first; see the class)."""
+        grouped: dict[str, tuple[str, list[str]]] = {}
         for letter in letters:
             if letter.id is not None:
-                dead[letter.id] = letter.reason
-                digests.setdefault(letter.id, []).append(payload_digest(letter.payload))
-        return cls(ids=list(written), dead=dead, dead_digests=digests)
+                grouped.setdefault(clean(letter.id), (clean(letter.reason), []))[1].append(
+                    payload_digest(letter.payload)
+                )
+        left = budget - _EVENT_FRAME
+        dead: dict[str, str] = {}
+        digests: dict[str, list[str]] = {}
+        more = 0
+        for tid, (reason, seen) in sorted(grouped.items(), key=lambda kv: _dead_size(kv[0], *kv[1])):
+            size = _dead_size(tid, reason, seen)
+            if size > left:
+                more += 1
+                continue
+            left -= size
+            dead[tid], digests[tid] = reason, seen
+        ids: list[str] = []
+        for tid in sorted((clean(i) for i in written), key=_json_size):
+            size = _json_size(tid) + 2
+            if size > left:
+                more += 1
+                continue
+            left -= size
+            ids.append(tid)
+        return cls(ids=ids, dead=dead, dead_digests=digests, more=more)
 
     def died(self, ticket_id: str, digest: str | None = None) -> bool:
         """Whether this event reports ``ticket_id`` dead: with ``digest``, that payload of it, when the
@@ -665,6 +696,8 @@ class Event:
         out: dict[str, Any] = {"ids": [clean(i) for i in self.ids], "dead": dead}
         if self.dead_digests:
             out["dead_digests"] = {clean(k): list(v) for k, v in self.dead_digests.items()}
+        if self.more:
+            out["more"] = self.more
         return json.dumps(out, ensure_ascii=False)
 
     @classmethod
@@ -676,7 +709,7 @@ class Event:
             return cls()
         if not isinstance(obj, dict):
             return cls()
-        ids, dead, digests = obj.get("ids"), obj.get("dead"), obj.get("dead_digests")
+        ids, dead, digests, more = obj.get("ids"), obj.get("dead"), obj.get("dead_digests"), obj.get("more")
         return cls(
             ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
             dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},
@@ -685,4 +718,19 @@ class Event:
                 for k, v in (digests.items() if isinstance(digests, dict) else ())
                 if isinstance(v, list)
             },
+            more=more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0,
         )
+
+
+_EVENT_FRAME = len('{"ids": [], "dead": {}, "dead_digests": {}, "more": 1000000}')
+
+
+def _json_size(text: str) -> int:
+    """The bytes ``text`` takes as a JSON string in an event (UTF-8, quotes and escapes)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+
+
+def _dead_size(ticket_id: str, reason: str, digests: list[str]) -> int:
+    """The bytes one dead entry adds to an event: its id twice (``dead`` and ``dead_digests``), its reason
+    and its digests, with the separators."""
+    return 2 * (_json_size(ticket_id) + 4) + _json_size(reason) + sum(len(d) + 4 for d in digests) + 4

@@ -237,3 +237,70 @@ def test_entries_of_p_dead_that_are_not_letters_break_no_reader(r: redis.Redis, 
     assert c.wait(["T-1"], timeout=0.2, digests={"T-1": payload_digest(mine)}).dead == {
         "T-1": "empty field: text"
     }
+
+
+def test_wait_reads_its_ids_back_after_an_event_that_left_them_out(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = Client(r, keys.prefix)
+    scans = bytes_read(c, monkeypatch)
+    mine = b'{"id": "T-1", "text": "refund"}'
+    t, box = _wait_in_thread(c, keys, {"T-1": payload_digest(mine)})
+    began = time.monotonic()
+    while not scans:  # past its first reading of the results (and of P:dead, which comes after)
+        assert time.monotonic() - began < 5
+        time.sleep(0.01)
+    r.hset(
+        keys.results, "T-1", Result("T-1", "billing", {"billing": 1.0}, "m", payload_digest(mine)).to_json()
+    )
+    r.publish(keys.events, Event(ids=["someone-else"], more=1).to_json())  # T-1 was in that ack, left out
+    t.join(10)
+    assert box and box[0].complete and set(box[0].results) == {"T-1"}
+    assert time.monotonic() - began < 5  # read back at once, not at the 10 s timeout
+
+
+def test_a_flood_of_events_that_left_entries_out_is_read_back_twice_a_second_at_most(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = Client(r, keys.prefix)
+    reads: list[int] = []
+    real = c.redis.hmget
+
+    def counted(*args: Any) -> Any:
+        reads.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(c.redis, "hmget", counted)
+    box: list[Waited] = []
+    t = threading.Thread(target=lambda: box.append(c.wait(["T-1"], 1.5)), daemon=True)
+    t.start()
+    deadline = time.monotonic() + 5
+    while r.pubsub_numsub(keys.events)[0][1] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    while t.is_alive():
+        r.publish(keys.events, Event(more=500).to_json())
+        time.sleep(0.005)
+    assert box and box[0].pending == {"T-1"}
+    assert 2 <= len(reads) <= 7, reads  # the first read, one each 0.5 s, the last; not one per event
+
+
+def test_a_dead_letter_left_out_of_every_event_is_found_when_the_wait_ends(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = Client(r, keys.prefix)
+    scans = bytes_read(c, monkeypatch)
+    mine = b'{"id": "T-1", "text": "   "}'
+    box: list[Waited] = []
+    t = threading.Thread(
+        target=lambda: box.append(c.wait(["T-1"], 1.0, digests={"T-1": payload_digest(mine)})), daemon=True
+    )
+    t.start()
+    deadline = time.monotonic() + 5
+    while not scans:  # the wait has looked in P:dead once already: the letter comes after
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    r.lpush(keys.dead, DeadLetter("empty field: text", mine, id="T-1").to_json())
+    r.publish(keys.events, Event(more=1).to_json())
+    t.join(10)
+    assert box and box[0].dead == {"T-1": "empty field: text"} and box[0].complete

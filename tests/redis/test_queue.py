@@ -13,7 +13,8 @@ import redis
 from redis.crc import key_slot
 from support import finished
 
-from producer.protocol import DeadLetter, Event, Keys, Result, payload_digest
+from producer.client import Client
+from producer.protocol import MAX_EVENT_BYTES, DeadLetter, Event, Keys, Result, decode_ticket, payload_digest
 from worker import queue as queue_module
 from worker.connection import connect
 from worker.contract import Finished, Rejected
@@ -70,6 +71,27 @@ def test_ack_writes_results_and_dead_letters_and_releases_in_one_step(
     assert r.llen(keys.inflight("w1")) == 0
     message = pubsub.get_message(timeout=2)
     assert message is not None and Event.from_json(message["data"]) == Event(ids=["t1"])
+
+
+def test_an_ack_of_long_ids_publishes_a_bounded_event_and_every_waiter_finishes(
+    q: RedisQueue, r: redis.Redis, keys: Keys
+) -> None:
+    """256 tickets with ids of 256 four-byte characters made one ack's event ~300 KB, copied by Redis to
+    every waiter; now the event stays within MAX_EVENT_BYTES and names the ordinary ticket acked beside
+    them, and a waiter for a long id left out reads its result back."""
+    longs = [json.dumps({"id": f"{i:03d}" + "\U0001f600" * 253, "text": "hi"}).encode() for i in range(256)]
+    r.lpush(keys.tickets, payload(1), *longs)
+    claimed = q.claim(300, max_wait_s=0)
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.events)
+    assert pubsub.get_message(timeout=2) is None
+    q.ack([finished(raw) for raw in claimed], [])
+    message = pubsub.get_message(timeout=2)
+    assert message is not None and len(message["data"]) <= MAX_EVENT_BYTES
+    event = Event.from_json(message["data"])
+    assert "t1" in event.ids and event.more > 0 and len(event.ids) + event.more == 257
+    waited = Client(r, keys.prefix).wait([decode_ticket(longs[-1]).id, "t1"], timeout=5)
+    assert waited.complete and not waited.dead
 
 
 def test_redelivery_rewrites_and_is_not_fresh(q: RedisQueue, r: redis.Redis, keys: Keys) -> None:

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer.protocol import (
+    MAX_EVENT_BYTES,
     MAX_ID_CHARS,
     MAX_PAYLOAD_BYTES,
+    MAX_REASON_CHARS,
     MAX_TEXT_CHARS,
     BadTicket,
     DeadLetter,
@@ -22,7 +24,7 @@ from producer.protocol import (
     payload_digest,
     peek_id,
 )
-from producer.strictjson import MAX_DEPTH, Unwritable
+from producer.strictjson import MAX_DEPTH, Unwritable, clean
 
 
 def test_good_ticket_keeps_extra_fields_and_strips_text() -> None:
@@ -165,6 +167,55 @@ def test_event_round_trips_and_tolerates_junk() -> None:
     assert Event.from_json(e.to_json()) == e
     assert Event.from_json(b"junk") == Event()
     assert Event.from_json(b'{"ids": "a", "dead": []}') == Event()
+
+
+def test_an_event_with_more_round_trips_and_a_bad_count_reads_as_none() -> None:
+    e = Event(ids=["a"], more=3)
+    assert Event.from_json(e.to_json()) == e
+    for bad in ("true", '"3"', "-1", "1.5", "null"):
+        assert Event.from_json('{"ids": ["a"], "more": ' + bad + "}") == Event(ids=["a"])
+
+
+def test_an_ack_of_ordinary_tickets_leaves_nothing_out_of_its_event() -> None:
+    ids = [f"T-{i:06d}" for i in range(500)]  # ACK_STEP of them
+    letters = [DeadLetter("empty field: text", b"x" * 100, id=f"D-{i:06d}") for i in range(100)]
+    event = Event.after(ids, letters)
+    assert event.more == 0 and sorted(event.ids) == ids and len(event.dead) == 100
+
+
+def test_an_event_of_long_ids_stays_within_its_bytes_and_keeps_the_short_entries() -> None:
+    """Found by an audit: ids of 256 four-byte characters made one ack's event over half a megabyte,
+    copied by Redis to every waiter. Now it stays within MAX_EVENT_BYTES; what is left out is counted, the
+    largest first, so ordinary tickets acked beside such ids are still named."""
+    long_ids = [f"{i:03d}" + "\U0001f600" * 253 for i in range(500)]
+    letters = [
+        DeadLetter("r" * MAX_REASON_CHARS, f"{i}".encode(), id=f"{i:03d}" + "\u00e9" * 253)
+        for i in range(200)
+    ]
+    letters += [DeadLetter("empty field: text", b"short", id="D-1"), DeadLetter("again", b"other", id="D-1")]
+    event = Event.after([*long_ids, "T-1", "T-2"], letters)
+    raw = event.to_json().encode()
+    assert len(raw) <= MAX_EVENT_BYTES
+    assert Event.from_json(raw) == event
+    assert {"T-1", "T-2"} <= set(event.ids) and event.dead["D-1"] == "empty field: text"
+    assert len(event.dead_digests["D-1"]) == 2  # both of its payloads, under one id
+    assert len(event.ids) + len(event.dead) + event.more == 502 + 201
+    assert event.more > 0
+
+
+@given(
+    st.lists(st.text(max_size=MAX_ID_CHARS), max_size=60),
+    st.lists(st.tuples(st.text(max_size=MAX_ID_CHARS), st.text(max_size=MAX_REASON_CHARS)), max_size=60),
+    st.integers(min_value=0, max_value=8 * 1024),
+)
+def test_any_event_stays_within_its_budget(
+    written: list[str], dead: list[tuple[str, str]], budget: int
+) -> None:
+    letters = [DeadLetter(reason, tid.encode("utf-8", "surrogatepass"), id=tid) for tid, reason in dead]
+    event = Event.after(written, letters, budget=budget)
+    raw = event.to_json().encode()
+    assert len(raw) <= max(budget, len('{"ids": [], "dead": {}, "more": 1000}'))
+    assert len(event.ids) + len(event.dead) + event.more == len(written) + len({clean(t) for t, _ in dead})
 
 
 def test_keys_share_the_prefix_and_its_hash_tag() -> None:
