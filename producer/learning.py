@@ -29,8 +29,9 @@ HEADS_KEPT = 50  # entries of P:heads; the data of old heads is not kept
 MAX_HEAD_BYTES = 64 * 1024 * 1024
 # A head with a nonlinear second reading (worker/engine/mlp.py) is tens of MB: a worker's copy of the
 # published head into P:head:good (keep_head.lua) held Redis for 385 ms with one of 39 MB (about 20 ms
-# since it copies with COPY), publishing it 114 ms (the bytes pass through publish_head.lua), and every
-# worker's HGET of it 22 ms. Such heads are used from their file, not published (docs/head.md).
+# since it copies with COPY), publishing it 114 ms when the bytes passed through publish_head.lua (21 ms
+# since they are staged with one HSET and renamed), and every worker's HGET of it 22 ms. Such heads are
+# used from their file, not published (docs/head.md).
 UNPUBLISHED_FORMATS = ("ticketq-head/2",)
 
 HEAD_META_KEY = "ticketq"  # the safetensors metadata entry that holds a head file's JSON

@@ -48,6 +48,8 @@ key                        type    what                                         
 ``P:q:<NAME>:labelset``    set     question NAME's labels, written with ``P:questions``;         at start
                                    label.lua checks a correction for NAME against it.
 ``P:head``                 hash    published head: version, data (file bytes), at, sha256, by.  replaced
+``P:head:staging:<t>``     hash    a head being published: its bytes, HSET by the publisher,     10 min TTL
+                                   renamed onto ``P:head`` by ``publish_head.lua``.             or renamed
 ``P:heads``                list    publish history, newest first, no data; ``P:head:seq``: INCR bounded
 ``P:head:good``            hash    version, data: the newest published head a worker loaded      replaced
                                    (``keep_head.lua``, a COPY of ``P:head``, its other fields
@@ -192,6 +194,9 @@ class Keys:
     @property
     def head_good(self) -> str:
         return f"{self.prefix}:head:good"
+
+    def head_staging(self, token: str) -> str:
+        return f"{self.prefix}:head:staging:{token}"
 
     @property
     def review(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -531,6 +532,63 @@ def test_the_last_good_head_is_kept_without_copy_too(redis_url: str, r: redis.Re
         narrow.close()
     finally:
         r.acl_deluser(user)
+
+
+def _script_args_carried(r: redis.Redis) -> int:
+    """The most bytes any EVALSHA argument had since SLOWLOG was set to log everything (it keeps the first
+    128 bytes of an argument and says how many more): whether a head's bytes went through the script."""
+    most = 0
+    for entry in r.slowlog_get(128):
+        command = entry["command"]
+        if command.upper().startswith(b"EVALSHA"):
+            cut = [int(m) for m in re.findall(rb"\((\d+) more bytes\)", command)]
+            most = max([most, *[128 + n for n in cut]])
+    return most
+
+
+@pytest.mark.parametrize("denied", ["", "-rename", "-expire", "-persist"])
+def test_a_head_is_published_through_a_staging_key_and_without_one_where_refused(
+    redis_url: str, r: redis.Redis, keys: Keys, denied: str
+) -> None:
+    """publish_head.lua took a head's bytes as an argument: 95-115 ms of Redis for 39 MB, every client held.
+    The publisher now HSETs them to a staging key of its own (with a TTL) and the script renames it onto
+    P:head; a user refused RENAME, PERSIST or EXPIRE (an ACL line from before) publishes as before. Either
+    way: the head whole, no TTL on it, no staging key left."""
+    user, password = f"ticketq-test-{os.urandom(4).hex()}", os.urandom(8).hex()
+    commands = ["+@all", *([denied] if denied else [])]
+    r.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=[f"{keys.prefix}*"], commands=commands)
+    try:
+        narrow = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@", 1))
+        client = Client(narrow, keys.prefix)
+        data = os.urandom(300_000)
+        r.config_set("slowlog-log-slower-than", 0)
+        r.slowlog_reset()
+        try:
+            assert client.publish_head(data, by="ci") == "1"
+            carried = _script_args_carried(r)
+        finally:
+            r.config_set("slowlog-log-slower-than", 10000)
+        assert r.hmget(keys.head, ["version", "data", "by"]) == [b"1", data, b"ci"]
+        assert r.ttl(keys.head) == -1 and not list(r.scan_iter(f"{keys.prefix}:head:staging:*"))
+        assert client.publish_head(b"two", question="intent") == "1"
+        assert r.hmget(keys.asking("intent").head, ["version", "data"]) == [b"1", b"two"]
+        assert not list(r.scan_iter(f"{keys.prefix}:q:intent:head:staging:*"))
+        staged = denied in ("", "-rename", "-persist")  # EXPIRE refused: no staging key at all
+        assert (carried < 1000) is staged, carried
+        narrow.close()
+    finally:
+        r.acl_deluser(user)
+
+
+def test_a_staging_key_gone_before_the_script_publishes_nothing(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = Client(r, keys.prefix)
+    client.publish_head(b"first")
+    monkeypatch.setattr(client, "_stage", lambda k, data: k.head_staging("expired"))
+    with pytest.raises(HeadChanged, match="staging key expired"):
+        client.publish_head(b"second")
+    assert client.current_head() == ("1", b"first") and len(client.head_versions()) == 1
 
 
 def test_a_further_questions_label_is_checked_against_its_label_set_without_an_answer(
