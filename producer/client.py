@@ -635,12 +635,8 @@ class Client:
                 pipe.hset(staged, "data", data)
                 pipe.expire(staged, STAGE_TTL_S)
                 pipe.execute()
-        except redis.exceptions.NoPermissionError:
+        except redis.exceptions.NoPermissionError:  # the transaction is refused whole: nothing written
             return None
-        except redis.exceptions.ExecAbortError as exc:
-            if "NOPERM" in str(exc) or "permission" in str(exc):
-                return None
-            raise
         return staged
 
     def current_head(self, question: str | None = None) -> tuple[str, bytes] | None:
