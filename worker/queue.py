@@ -60,6 +60,9 @@ CLAIM_BYTES = 256 * MAX_PAYLOAD_BYTES
 # bounded (Redis time measured on a 2-core EPYC: 14 ms per 1,000 payloads of 200 bytes, so about 7 ms a
 # call), so no worker holds the shared Redis long whatever --drain asks.
 CLAIM_STEP = 500
+# Payload bytes one claim.lua call moves at most (at least one payload): 256 valid payloads of 64 KiB,
+# one call, held Redis 60-150 ms (an audit's SLOWLOG, 2-core Xeon); a MiB is about 4 ms.
+CLAIM_CALL_BYTES = 1024 * 1024
 _TRIM_BATCH = 500  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
@@ -178,10 +181,13 @@ class RedisQueue:
         return got
 
     def _claim_now(self, n: int, held: Sequence[bytes]) -> tuple[list[bytes], bool]:
-        """Up to ``n`` payloads by claim.lua, :data:`CLAIM_STEP` a call, so no one call holds Redis for
-        long whatever ``--drain`` asks; (moved, whether a payload stopped the claim)."""
+        """Up to ``n`` payloads by claim.lua, :data:`CLAIM_STEP` and :data:`CLAIM_CALL_BYTES` a call, so no
+        one call holds Redis for long whatever ``--drain`` asks or producers push; (moved, whether a
+        payload stopped the claim)."""
         keys = [self.keys.tickets, self.inflight, self.keys.attempts, self.keys.workers]
         got: list[bytes] = []
+        if not held:
+            self.stale = 0
         while True:
             step = min(n - len(got), CLAIM_STEP)
             have = len(held) + len(got)
@@ -190,12 +196,12 @@ class RedisQueue:
                 sum(map(len, held)) + sum(map(len, got)),
                 "1" if self._holds_nothing else "0",
                 DIGEST_BYTES,
+                CLAIM_CALL_BYTES,
             ]
-            stopped, moved, stale = self._claim(keys=keys, args=args)
-            if not have:
-                self.stale = int(stale)
+            stopped, moved, stale, capped = self._claim(keys=keys, args=args)
+            self.stale += int(stale)
             got += moved
-            if stopped or len(moved) < step or len(got) >= n:
+            if stopped or len(got) >= n or (len(moved) < step and not capped):
                 return got, bool(stopped)
 
     def _blmove(self, timeout_s: float) -> bytes | None:

@@ -73,6 +73,32 @@ def test_ack_writes_results_and_dead_letters_and_releases_in_one_step(
     assert message is not None and Event.from_json(message["data"]) == Event(ids=["t1"])
 
 
+def test_a_drain_of_large_payloads_is_claimed_a_bounded_number_of_bytes_a_call(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An audit: 256 valid payloads of 64 KiB were moved by one claim.lua call, 60-150 ms of Redis. Now a
+    call moves at most CLAIM_CALL_BYTES (and at least one payload); the claim still takes them all, in
+    order, and the stale payloads a claim hands back first are handed back in bounded calls too."""
+    monkeypatch.setattr(queue_module, "CLAIM_CALL_BYTES", 200_000)
+    calls: list[tuple[int, int]] = []  # (bytes moved, stale handed back) per call
+    script = q._claim
+
+    def counted(**kw: object) -> object:
+        out = script(**kw)
+        calls.append((sum(map(len, out[1])), int(out[2])))
+        return out
+
+    q._claim = counted
+    big = [payload(i, "x" * 60_000) for i in range(12)]
+    r.lpush(keys.inflight("w1"), *big[:5])  # left by a lost ack: stale, handed back first
+    r.lpush(keys.tickets, *big[5:])
+    got = q.claim(256, max_wait_s=0, holds_nothing=True)
+    assert got == big and q.stale == 5  # the stale ones first, oldest first, as one call did
+    assert len(calls) >= 4 and all(moved <= 200_000 for moved, _ in calls), calls
+    assert sum(s for _, s in calls) == 5
+    assert r.llen(keys.inflight("w1")) == 12 and r.llen(keys.tickets) == 0
+
+
 def test_an_ack_of_long_ids_publishes_a_bounded_event_and_every_waiter_finishes(
     q: RedisQueue, r: redis.Redis, keys: Keys
 ) -> None:
