@@ -242,7 +242,8 @@ class RedisQueue:
         # In claim order, oldest first: each step then settles the oldest payloads still held, the tail of
         # the in-flight list, where its LREMs find them at once and _still_held reads them.
         claimed, last = self._claimed, len(self._claimed)
-        items = sorted([*finished, *rejected], key=lambda i: claimed.get(i.raw, last))
+        both: list[Finished | Rejected] = [*finished, *rejected]
+        items = sorted(both, key=lambda i: claimed.get(i.raw, last))
         report = AckReport()
         for part in _steps(items):
             done = [i for i in part if isinstance(i, Finished)]
