@@ -68,6 +68,10 @@ CLAIM_STEP = 500
 # Payload bytes one claim.lua call moves at most (at least one payload): 256 valid payloads of 64 KiB,
 # one call, held Redis 60-150 ms (an audit's SLOWLOG, 2-core Xeon); a MiB is about 4 ms.
 CLAIM_CALL_BYTES = 1024 * 1024
+# Payload and letter bytes one recover.lua step sends at most (one payload at least), and what a
+# payload is guessed to weigh before any is read (the first read asks for this step's worth of them).
+RECOVER_STEP_BYTES = 512 * 1024
+_GUESSED_PAYLOAD_BYTES = 16 * 1024
 _TRIM_BATCH = 500  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
@@ -491,27 +495,51 @@ class RedisQueue:
 
     @transient
     def recover_worker(self, wid: str, *, force: bool = False) -> Recovery | None:
-        """Requeue one worker's in-flight list; ``None`` if it turned out to be alive."""
+        """Requeue one worker's in-flight list; ``None`` if it turned out to be alive.
+
+        In steps of about :data:`RECOVER_STEP_BYTES` of payloads and letters from the list's head (each
+        step one atomic recover.lua call that re-checks what was read): one call for a whole claim of
+        256 valid 64 KiB payloads held Redis 140-200 ms, and read the claim back whole first. A payload
+        held twice is counted once however the steps split its copies. A worker found alive after a
+        first step keeps the rest (as one found alive before any keeps all)."""
         keys = self.keys
         script_keys = [keys.workers, keys.heartbeat(wid), keys.inflight(wid), keys.tickets]
         script_keys += [keys.attempts, keys.dead]
-        for _ in range(_WATCH_RETRIES):
-            held = [_raw(p) for p in self.redis.lrange(keys.inflight(wid), 0, -1)]
+        done = Recovery(wid, 0, 0)
+        counted: dict[str, int] = {}  # digest -> attempts this recovery set, for copies in later steps
+        largest, conflicts = _GUESSED_PAYLOAD_BYTES, 0
+        while conflicts < _WATCH_RETRIES:
+            read = self.redis.lrange(keys.inflight(wid), 0, max(1, RECOVER_STEP_BYTES // largest) - 1)
+            held = [_raw(p) for p in read]
+            largest = max([largest, *map(len, held)])
             digests = [payload_digest(p) for p in held]
             # the counts as stored, sent back as read: recover.lua re-checks them byte for byte
-            seen = [_raw(s or b"") for s in self.redis.hmget(keys.attempts, digests)] if held else []
+            stored = [_raw(s or b"") for s in self.redis.hmget(keys.attempts, digests)] if held else []
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0", DIGEST_BYTES]
-            for p, d, s in zip(held, digests, seen, strict=True):
+            spent, step = 0, 0
+            for p, d, s in zip(held, digests, stored, strict=True):
                 # a payload over DIGEST_BYTES is checked by its digest alone: not sent back in full; the
                 # letter is read only when this attempt is the last (recover.lua re-checks the count)
-                n = attempts_of(s) + 1
+                n = counted[d] if d in counted else attempts_of(s) + 1
                 letter = poison_letter(p, wid, n) if n >= self.max_attempts else ""
-                args += [p if len(p) <= DIGEST_BYTES else b"", d, s, letter]
-            status, requeued, dead = self._recover(keys=script_keys, args=args)
+                sent = p if len(p) <= DIGEST_BYTES else b""
+                if step and spent + len(sent) + len(letter) > RECOVER_STEP_BYTES:
+                    break  # the rest by the next step
+                seen = f"={counted[d]}" if d in counted else s
+                args += [sent, d, seen, letter]
+                spent += len(sent) + len(letter)
+                step += 1
+            status, requeued, dead, left = self._recover(keys=script_keys, args=args)
             if status == b"alive":
-                return None
-            if status == b"ok":
-                return Recovery(wid, int(requeued), int(dead))
+                return done if done.requeued or done.dead else None
+            if status != b"ok":
+                conflicts += 1
+                continue
+            for d, s in zip(digests[:step], stored[:step], strict=True):
+                counted.setdefault(d, attempts_of(s) + 1)
+            done = Recovery(wid, done.requeued + int(requeued), done.dead + int(dead))
+            if not int(left):
+                return done
         raise TransientError(f"recovery of {wid} kept conflicting")
 
     @transient
@@ -538,9 +566,15 @@ class RedisQueue:
 
     @transient
     def requeue_own(self, *, leave: bool = False) -> int:
-        """Hand back everything this worker holds (graceful stop); ``leave`` also deregisters it."""
+        """Hand back everything this worker holds (graceful stop); ``leave`` also deregisters it. A MiB of
+        payloads a call (:data:`CLAIM_CALL_BYTES`), as claimed."""
         keys = [self.inflight, self.keys.tickets, self.keys.heartbeat(self.worker_id), self.keys.workers]
-        return int(self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0"]))
+        moved = 0
+        while True:
+            n, left = self._requeue(keys=keys, args=[self.worker_id, "1" if leave else "0", CLAIM_CALL_BYTES])
+            moved += int(n)
+            if not int(left):
+                return moved
 
     def load_scripts(self) -> None:
         """SCRIPT LOAD every script now (a start-up check of +evalsha and +script|load)."""

@@ -248,6 +248,110 @@ def test_recovery_requeues_a_dead_workers_claims_to_be_served_next(r: redis.Redi
     assert r.hget(keys.attempts, payload_digest(payload(0))) == b"1"
 
 
+def _counting(q: RedisQueue, name: str) -> list[int]:
+    """The bytes of every argument q's script ``name`` is called with from now on, one entry a call."""
+    sent: list[int] = []
+    script = getattr(q, name)
+
+    def counted(**kw: Any) -> Any:
+        sent.append(sum(len(a) for a in kw["args"] if isinstance(a, bytes | str)))
+        return script(**kw)
+
+    setattr(q, name, counted)
+    return sent
+
+
+@pytest.mark.parametrize("max_attempts", [3, 1])
+def test_a_large_claim_is_recovered_in_bounded_steps_in_the_same_order(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch, max_attempts: int
+) -> None:
+    """An audit: recovering a dead worker's claim of 256 valid 64 KiB payloads read the list whole and sent
+    it back to recover.lua in one call, 140-200 ms of Redis (poison letters too). Now in steps of
+    RECOVER_STEP_BYTES, with the same outcome: the oldest served next, or every payload a letter."""
+    monkeypatch.setattr(queue_module, "RECOVER_STEP_BYTES", 200_000)
+    raws = [payload(i, "x" * 60_000) for i in range(12)]
+    r.lpush(keys.inflight("gone"), *raws)  # as claim.lua left them: the oldest (0) at the tail
+    r.sadd(keys.workers, "gone")
+    q = RedisQueue(r, keys, "w1", max_attempts=max_attempts)
+    sent = _counting(q, "_recover")
+    (rec,) = q.recover()
+    assert len(sent) >= 4 and max(sent) <= 2 * 200_000, sent  # payloads, and letters as large
+    assert not r.exists(keys.inflight("gone")) and not r.sismember(keys.workers, "gone")
+    if max_attempts == 1:
+        assert (rec.requeued, rec.dead) == (0, 12) and r.llen(keys.dead) == 12 and r.hlen(keys.attempts) == 0
+        assert {DeadLetter.from_json(x).payload for x in r.lrange(keys.dead, 0, -1)} == set(raws)
+    else:
+        assert (rec.requeued, rec.dead) == (12, 0)
+        assert r.lrange(keys.tickets, 0, -1) == raws[::-1]  # oldest rightmost: served next, as before
+        assert {r.hget(keys.attempts, payload_digest(x)) for x in raws} == {b"1"}
+
+
+@pytest.mark.parametrize("max_attempts", [3, 2])
+def test_copies_of_one_payload_in_different_steps_count_one_death(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch, max_attempts: int
+) -> None:
+    monkeypatch.setattr(queue_module, "RECOVER_STEP_BYTES", 1)  # one payload a step
+    a, b = payload("a"), payload("b")
+    r.lpush(keys.inflight("gone"), a, b, a)
+    r.sadd(keys.workers, "gone")
+    r.hset(keys.attempts, payload_digest(a), 1)  # a died once already
+    q = RedisQueue(r, keys, "w1", max_attempts=max_attempts)
+    sent = _counting(q, "_recover")
+    (rec,) = q.recover()
+    assert len(sent) == 3
+    if max_attempts == 3:  # a's second death: 2 < 3, both copies back
+        assert (rec.requeued, rec.dead) == (3, 0) and r.hget(keys.attempts, payload_digest(a)) == b"2"
+    else:  # its last: both copies dead, each with the letter of its second death
+        assert (rec.requeued, rec.dead) == (1, 2) and not r.hexists(keys.attempts, payload_digest(a))
+        letters = [DeadLetter.from_json(x) for x in r.lrange(keys.dead, 0, -1)]
+        assert [(x.payload, x.attempts) for x in letters] == [(a, 2), (a, 2)]
+
+
+def test_a_worker_found_alive_between_steps_keeps_the_rest(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_module, "RECOVER_STEP_BYTES", 1)
+    raws = [payload(i) for i in range(3)]
+    r.lpush(keys.inflight("gone"), *raws)
+    r.sadd(keys.workers, "gone")
+    q = RedisQueue(r, keys, "w1")
+    script = q._recover
+
+    def then_alive(**kw: Any) -> Any:
+        out = script(**kw)
+        r.set(keys.heartbeat("gone"), "{}", ex=60)  # it was only slow
+        return out
+
+    q._recover = then_alive
+    (rec,) = q.recover()
+    assert (rec.requeued, rec.dead) == (1, 0) and r.llen(keys.inflight("gone")) == 2
+    assert r.sismember(keys.workers, "gone")  # still registered: its heartbeat decides from here
+
+
+def test_a_worker_hands_back_a_large_claim_in_bounded_calls(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_module, "CLAIM_CALL_BYTES", 200_000)
+    q = RedisQueue(r, keys, "w1")
+    q.beat({}, ttl_s=60)
+    raws = [payload(i, "x" * 60_000) for i in range(12)]
+    r.lpush(keys.tickets, *raws)
+    assert q.claim(12, max_wait_s=0) == raws
+    calls: list[int] = []
+    script = q._requeue
+
+    def counted(**kw: Any) -> Any:
+        out = script(**kw)
+        calls.append(int(out[0]))
+        assert r.exists(keys.heartbeat("w1")) == (int(out[1]) > 0)  # it leaves with the last move only
+        return out
+
+    q._requeue = counted
+    assert q.requeue_own(leave=True) == 12
+    assert len(calls) >= 3 and max(calls) <= 4, calls  # a call stops once past the bound
+    assert r.lrange(keys.tickets, 0, -1) == raws[::-1] and not r.sismember(keys.workers, "w1")
+
+
 def test_a_suspect_is_not_swept_into_a_drain_already_started(
     q: RedisQueue, r: redis.Redis, keys: Keys
 ) -> None:
@@ -537,12 +641,12 @@ def test_recovery_of_an_oversized_payload_sees_it_changed(r: redis.Redis, keys: 
     script_keys = [keys.workers, keys.heartbeat("gone"), keys.inflight("gone"), keys.tickets]
     script_keys += [keys.attempts, keys.dead]
     other = _spec_digest(big + b"y")  # the same first 64 KiB, another size
-    status, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "", "{}"])
+    status, _, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "", "{}"])
     assert status == b"changed" and r.llen(keys.inflight("gone")) == 1 and r.llen(keys.tickets) == 0
-    status, requeued, _ = q._recover(
+    status, requeued, _, left = q._recover(
         keys=script_keys, args=["gone", 3, "0", 65536, b"", _spec_digest(big), "", "{}"]
     )
-    assert (status, requeued) == (b"ok", 1) and r.lrange(keys.tickets, 0, -1) == [big]
+    assert (status, requeued, left) == (b"ok", 1, 0) and r.lrange(keys.tickets, 0, -1) == [big]
 
 
 # -- records no worker wrote (an operator, an older tool, another language): found by an audit -----------
