@@ -189,7 +189,8 @@ def test_an_ack_of_long_ids_publishes_a_bounded_event_and_every_waiter_finishes(
     pubsub.subscribe(keys.events)
     assert pubsub.get_message(timeout=2) is None
     q.ack([finished(raw) for raw in claimed], [])
-    named, more = [], 0
+    named: list[str] = []
+    more = 0
     while len(named) + more < 257:  # one event per ack step
         message = pubsub.get_message(timeout=2)
         assert message is not None and len(message["data"]) <= MAX_EVENT_BYTES
