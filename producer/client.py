@@ -47,6 +47,7 @@ from producer.protocol import (
     Ticket,
     cluster_prefix,
     decode_ticket,
+    id_token,
     payload_digest,
 )
 
@@ -75,7 +76,6 @@ _KEPT_SCAN = READ_BYTES // LARGEST_RESULT_BYTES
 _LABELS_SCAN = READ_BYTES // LARGEST_CORRECTION_BYTES * 2 // 3
 MAX_WAIT_S = 86_400  # the longest wait: inf overflowed the socket's timeout after the tickets were pushed
 STAGE_TTL_S = 600  # a head's staging key (Client.publish_head) outlives a publisher that stalls by this much
-REREAD_S = 0.5  # a wait reads its ids back at most this often after events that left entries out
 DEAD_SCAN = 1000  # newest dead letters searched for waited-on ids that died before the wait began
 DEAD_SCAN_BYTES = 4 * 1024 * 1024  # most bytes of dead letters one wait reads (each at most MAX_LETTER_BYTES)
 _KEPT_CHUNK = 200  # texts read in one pipeline of GETs at a time (Client.kept_texts)
@@ -340,7 +340,8 @@ class Client:
         :data:`DEAD_SCAN` entries of ``P:dead`` (at most :data:`DEAD_SCAN_BYTES` of them). With
         ``digests`` (id -> payload digest), only results and dead letters for those exact payloads count,
         and a ``P:events`` dead entry only when it names that payload's digest (or, from an older worker,
-        no digests at all).
+        no digests at all). An id an event left out (``left_out``: its token) has its result read back
+        at once, or, with none, its letter looked for as at the start.
         """
         _check_wait(timeout)
         expect = dict(digests or {})
@@ -354,29 +355,28 @@ class Client:
             if out.pending:
                 out.dead.update(self._dead_among(out.pending, expect))
                 out.pending -= set(out.dead)
-            cut = _Cut()
+            tokens: dict[str, list[str]] = {}  # id_token -> the pending ids it names (events' left_out)
+            for i in out.pending:
+                tokens.setdefault(id_token(i), []).append(i)
             while out.pending:
-                now = time.monotonic()
-                if now >= deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     break
-                if cut.due(now):  # an event left entries out: read this wait's own ids back
-                    self._collect(out, sorted(out.pending), expect)
-                    cut.read(now)
-                    continue
-                message = pubsub.get_message(timeout=cut.wake(now, deadline))
+                message = pubsub.get_message(timeout=left)
                 if message is None or message.get("type") != "message":
                     continue
                 event = Event.from_json(message["data"])
-                cut.seen(event)
                 self._collect(out, [i for i in event.ids if i in out.pending], expect)
                 for tid, reason in event.dead.items():
                     if tid in out.pending and tid not in out.results and event.died(tid, expect.get(tid)):
                         out.dead[tid] = reason
                         out.pending.discard(tid)
-            if cut.any and out.pending:  # a letter left out of an event is found where it lies, once
-                self._collect(out, sorted(out.pending), expect)
-                out.dead.update(self._dead_among(out.pending, expect))
-                out.pending -= set(out.dead)
+                named = {i for t in event.left_out for i in tokens.get(t, ()) if i in out.pending}
+                if named:  # left out of the event: its result read back, or its letter found where it lies
+                    self._collect(out, sorted(named), expect)
+                    if named := named & out.pending:
+                        out.dead.update(self._dead_among(named, expect))
+                        out.pending -= set(out.dead)
         finally:
             pubsub.close()
         return out
@@ -762,30 +762,3 @@ def _json_object(raw: bytes | None) -> dict[str, Any]:
 
 def _flat(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
-
-
-@dataclass
-class _Cut:
-    """A wait's reading back of its ids after events that left entries out (``Event.more``): at most once
-    every :data:`REREAD_S`, so a flood of such events (ids made long on purpose) costs each waiter one
-    HMGET of its own ids a second or two, not one per event."""
-
-    any: bool = False  # an event left something out during this wait
-    pending: bool = False  # ... since the last reading back
-    last: float = float("-inf")
-
-    def seen(self, event: Event) -> None:
-        if event.more:
-            self.any = self.pending = True
-
-    def due(self, now: float) -> bool:
-        return self.pending and now - self.last >= REREAD_S
-
-    def read(self, now: float) -> None:
-        self.pending, self.last = False, now
-
-    def wake(self, now: float, deadline: float) -> float:
-        """How long to wait for the next event: until the deadline, or the next reading back."""
-        if self.pending:
-            return max(0.0, min(deadline, self.last + REREAD_S) - now)
-        return deadline - now

@@ -35,7 +35,8 @@ key                        type    what                                         
                                    acknowledged batch (``ids`` got results, ``dead`` were
                                    dead-lettered, ``dead_digests`` their payloads' digests), so
                                    clients wait without polling (see :class:`Event`). At most
-                                   ``MAX_EVENT_BYTES``: ``"more": N`` counts entries left out.
+                                   ``MAX_EVENT_BYTES``: ``"left_out"`` names the rest by
+                                   :func:`id_token`.
 ``P:text:<id>``            string  ticket text, kept with its result for training corrections  ``--keep-``
                                    and self-training (``train --from-redis``; ~160 bytes + the  ``text-s``
                                    text each, on Redis 7.0).
@@ -646,13 +647,14 @@ class Event:
     An event is at most :data:`MAX_EVENT_BYTES` of JSON: Redis copies it to every subscriber, and ids of
     256 four-byte characters made one ack's event half a megabyte. What does not fit is left out, the
     largest entries first (the dead before the written: a result can be read back, a letter cannot be
-    looked up), and ``more`` says how many were: a waiter then reads its own ids' results back.
+    looked up), and named in ``left_out`` by :func:`id_token` (16 bytes each): a waiter whose id's token
+    is there reads that id's result back, or, with none, looks for its letter in ``P:dead``.
     """
 
     ids: list[str] = field(default_factory=list)
     dead: dict[str, str] = field(default_factory=dict)
     dead_digests: dict[str, list[str]] = field(default_factory=dict)
-    more: int = 0
+    left_out: list[str] = field(default_factory=list)
 
     @classmethod
     def after(
@@ -666,26 +668,35 @@ class Event:
                 grouped.setdefault(clean(letter.id), (clean(letter.reason), []))[1].append(
                     payload_digest(letter.payload)
                 )
-        left = budget - _EVENT_FRAME
+        names = [clean(i) for i in written]
+        whole = cls(
+            ids=names,
+            dead={k: v[0] for k, v in grouped.items()},
+            dead_digests={k: v[1] for k, v in grouped.items()},
+        )
+        if len(whole.to_json().encode("utf-8")) <= budget:
+            return whole
+        # room for every entry's token, should all of them be left out: what is left is for whole entries
+        left = budget - _EVENT_FRAME - _TOKEN_BYTES * (len(grouped) + len(names))
         dead: dict[str, str] = {}
         digests: dict[str, list[str]] = {}
-        more = 0
+        out: list[str] = []
         for tid, (reason, seen) in sorted(grouped.items(), key=lambda kv: _dead_size(kv[0], *kv[1])):
             size = _dead_size(tid, reason, seen)
             if size > left:
-                more += 1
+                out.append(tid)
                 continue
             left -= size
             dead[tid], digests[tid] = reason, seen
         ids: list[str] = []
-        for tid in sorted((clean(i) for i in written), key=_json_size):
+        for tid in sorted(names, key=_json_size):
             size = _json_size(tid) + 2
             if size > left:
-                more += 1
+                out.append(tid)
                 continue
             left -= size
             ids.append(tid)
-        return cls(ids=ids, dead=dead, dead_digests=digests, more=more)
+        return cls(ids=ids, dead=dead, dead_digests=digests, left_out=sorted({id_token(t) for t in out}))
 
     def died(self, ticket_id: str, digest: str | None = None) -> bool:
         """Whether this event reports ``ticket_id`` dead: with ``digest``, that payload of it, when the
@@ -701,8 +712,8 @@ class Event:
         out: dict[str, Any] = {"ids": [clean(i) for i in self.ids], "dead": dead}
         if self.dead_digests:
             out["dead_digests"] = {clean(k): list(v) for k, v in self.dead_digests.items()}
-        if self.more:
-            out["more"] = self.more
+        if self.left_out:
+            out["left_out"] = list(self.left_out)
         return json.dumps(out, ensure_ascii=False)
 
     @classmethod
@@ -714,7 +725,12 @@ class Event:
             return cls()
         if not isinstance(obj, dict):
             return cls()
-        ids, dead, digests, more = obj.get("ids"), obj.get("dead"), obj.get("dead_digests"), obj.get("more")
+        ids, dead, digests, cut = (
+            obj.get("ids"),
+            obj.get("dead"),
+            obj.get("dead_digests"),
+            obj.get("left_out"),
+        )
         return cls(
             ids=[i for i in ids if isinstance(i, str)] if isinstance(ids, list) else [],
             dead={str(k): str(v) for k, v in dead.items()} if isinstance(dead, dict) else {},
@@ -723,11 +739,18 @@ class Event:
                 for k, v in (digests.items() if isinstance(digests, dict) else ())
                 if isinstance(v, list)
             },
-            more=more if isinstance(more, int) and not isinstance(more, bool) and more > 0 else 0,
+            left_out=[t for t in cut if isinstance(t, str)] if isinstance(cut, list) else [],
         )
 
 
-_EVENT_FRAME = len('{"ids": [], "dead": {}, "dead_digests": {}, "more": 1000000}')
+_EVENT_FRAME = len('{"ids": [], "dead": {}, "dead_digests": {}, "left_out": []}')
+_TOKEN_BYTES = 16  # one id_token in left_out: 12 hex digits, quotes, comma and space
+
+
+def id_token(ticket_id: str) -> str:
+    """How an event names an id it left out: the first 12 hex digits of the SHA-1 of its UTF-8 (a lone
+    surrogate as its code point, as :func:`clean` writes ids): two ids share one once in 2^48."""
+    return hashlib.sha1(clean(ticket_id).encode("utf-8")).hexdigest()[:12]
 
 
 def _json_size(text: str) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +23,7 @@ from producer.protocol import (
     Result,
     Ticket,
     decode_ticket,
+    id_token,
     payload_digest,
     peek_id,
 )
@@ -169,18 +172,20 @@ def test_event_round_trips_and_tolerates_junk() -> None:
     assert Event.from_json(b'{"ids": "a", "dead": []}') == Event()
 
 
-def test_an_event_with_more_round_trips_and_a_bad_count_reads_as_none() -> None:
-    e = Event(ids=["a"], more=3)
+def test_an_event_that_left_ids_out_round_trips_and_a_bad_list_reads_as_none() -> None:
+    e = Event(ids=["a"], left_out=[id_token("b"), id_token("c")])
     assert Event.from_json(e.to_json()) == e
-    for bad in ("true", '"3"', "-1", "1.5", "null"):
-        assert Event.from_json('{"ids": ["a"], "more": ' + bad + "}") == Event(ids=["a"])
+    assert id_token("b") == hashlib.sha1(b"b").hexdigest()[:12]  # as documented, for other languages
+    for bad in ("true", '"3"', "3", "null", "{}"):
+        assert Event.from_json('{"ids": ["a"], "left_out": ' + bad + "}") == Event(ids=["a"])
+    assert Event.from_json('{"left_out": ["x", 5]}') == Event(left_out=["x"])
 
 
 def test_an_ack_of_ordinary_tickets_leaves_nothing_out_of_its_event() -> None:
     ids = [f"T-{i:06d}" for i in range(500)]  # ACK_STEP of them
     letters = [DeadLetter("empty field: text", b"x" * 100, id=f"D-{i:06d}") for i in range(100)]
     event = Event.after(ids, letters)
-    assert event.more == 0 and sorted(event.ids) == ids and len(event.dead) == 100
+    assert event.left_out == [] and event.ids == ids and len(event.dead) == 100
 
 
 def test_an_event_of_long_ids_stays_within_its_bytes_and_keeps_the_short_entries() -> None:
@@ -199,8 +204,10 @@ def test_an_event_of_long_ids_stays_within_its_bytes_and_keeps_the_short_entries
     assert Event.from_json(raw) == event
     assert {"T-1", "T-2"} <= set(event.ids) and event.dead["D-1"] == "empty field: text"
     assert len(event.dead_digests["D-1"]) == 2  # both of its payloads, under one id
-    assert len(event.ids) + len(event.dead) + event.more == 502 + 201
-    assert event.more > 0
+    out = set(event.left_out)
+    assert len(event.ids) + len(event.dead) + len(out) == 502 + 201 and out
+    assert all(id_token(i) in out for i in long_ids if i not in event.ids)  # each named by its token
+    assert not {id_token(i) for i in ("T-1", "T-2", "D-1")} & out
 
 
 @given(
@@ -214,8 +221,11 @@ def test_any_event_stays_within_its_budget(
     letters = [DeadLetter(reason, tid.encode("utf-8", "surrogatepass"), id=tid) for tid, reason in dead]
     event = Event.after(written, letters, budget=budget)
     raw = event.to_json().encode()
-    assert len(raw) <= max(budget, len('{"ids": [], "dead": {}, "more": 1000}'))
-    assert len(event.ids) + len(event.dead) + event.more == len(written) + len({clean(t) for t, _ in dead})
+    names = len(written) + len({clean(t) for t, _ in dead})
+    assert len(raw) <= max(budget, len('{"ids": [], "dead": {}, "left_out": []}') + 16 * names)
+    missing = Counter(map(clean, written)) - Counter(event.ids)  # written twice, kept once: one left out
+    missing.update(d for d in {clean(t) for t, _ in dead} if d not in event.dead)
+    assert {id_token(m) for m in missing} == set(event.left_out)
 
 
 def test_keys_share_the_prefix_and_its_hash_tag() -> None:
