@@ -26,6 +26,9 @@ key                        type    what                                         
                                    read its first ``MAX_HEARTBEAT_BYTES`` only.
 ``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
                                                                                                 recovery
+``P:recovering:<worker>``  hash    payload digest -> the attempt count a recovery of that       until its
+                                   worker's list gave it, read by the recovery's later steps   list is
+                                   (``recover.lua``): a payload held twice is one death.         empty
 ``P:attempts``             hash    payload digest (:func:`payload_digest`: the sha1 of the      deleted on
                                    payload, or of its first 64 KiB and size when it is larger)  ack / dead
                                    -> times it was claimed by a worker that then died.
@@ -195,6 +198,9 @@ class Keys:
     @property
     def head_good(self) -> str:
         return f"{self.prefix}:head:good"
+
+    def recovering(self, worker_id: str) -> str:
+        return f"{self.prefix}:recovering:{worker_id}"
 
     def head_staging(self, token: str) -> str:
         return f"{self.prefix}:head:staging:{token}"

@@ -1,13 +1,17 @@
 """The reliable queue: claim, acknowledge, dead-letter, heartbeat and orphan recovery. Redis only.
 
-Every state change is one atomic step, so a worker may die between any two of them and lose nothing:
+Every state change is made of atomic steps, each bounded in bytes so no step holds the shared Redis for
+long, and a worker may die between any two of them and lose nothing:
 
-- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (claim.lua, or BLMOVE when idle);
-- ack is one MULTI/EXEC: results, dead letters, the in-flight removal, attempt counters, routed RQ jobs
-  and the ``P:events`` notice land together; every record is serialized and checked strict before it;
-- recovery (recover.lua) requeues a dead worker's list to the *right* end of ``P:tickets`` (served
-  next), counting one attempt per payload; one in flight on ``max_attempts`` dead workers is poison and
-  dead-lettered. Such suspects are later claimed *alone*, so they cannot sink drain-mates twice.
+- claim moves payloads from ``P:tickets`` into ``P:inflight:<worker>`` (claim.lua, a MiB a call, or
+  BLMOVE when idle);
+- ack is a MULTI/EXEC per step of at most 512 KiB of payloads, oldest claim first: each ticket's result
+  or dead letter, its in-flight removal, attempt counter, routed RQ job and the step's ``P:events``
+  notice land together; every record is serialized and checked strict before it;
+- recovery (recover.lua, ~512 KiB a step) requeues a dead worker's list to the *right* end of
+  ``P:tickets`` (served next), counting one attempt per payload (``P:recovering:<worker>`` keeps a
+  payload held twice one death across steps); one in flight on ``max_attempts`` dead workers is poison
+  and dead-lettered. Such suspects are later claimed *alone*, so they cannot sink drain-mates twice.
 
 Every key reaches the scripts as ``KEYS``, built by :class:`~producer.protocol.Keys`: with a hash-tagged
 prefix such as ``{ticketq}`` this works on Redis Cluster as well.
@@ -72,6 +76,7 @@ CLAIM_CALL_BYTES = 1024 * 1024
 # payload is guessed to weigh before any is read (the first read asks for this step's worth of them).
 RECOVER_STEP_BYTES = 512 * 1024
 _GUESSED_PAYLOAD_BYTES = 16 * 1024
+_RECOVER_READ = 64  # payloads one step reads at most (64 of 64 KiB: 4 MiB, read when small ones came first)
 _TRIM_BATCH = 500  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
 
 #: Called inside the ack's MULTI with the tickets whose results are new (not redeliveries): routing.
@@ -504,47 +509,50 @@ class RedisQueue:
         In steps of about :data:`RECOVER_STEP_BYTES` of payloads and letters from the list's head (each
         step one atomic recover.lua call that re-checks what was read): one call for a whole claim of
         256 valid 64 KiB payloads held Redis 140-200 ms, and read the claim back whole first. A payload
-        held twice is counted once however the steps split its copies. A worker found alive after a
-        first step keeps the rest (as one found alive before any keeps all)."""
+        held twice is one death however the steps fall, and whichever worker takes them
+        (``P:recovering:<worker>`` remembers its count until the list is empty). A worker found alive
+        after a first step keeps the rest; a list that keeps changing under this worker (a peer
+        recovering it too) is left to that peer after :data:`_WATCH_RETRIES` tries."""
         keys = self.keys
         script_keys = [keys.workers, keys.heartbeat(wid), keys.inflight(wid), keys.tickets]
-        script_keys += [keys.attempts, keys.dead]
+        script_keys += [keys.attempts, keys.dead, keys.recovering(wid)]
         done = Recovery(wid, 0, 0)
-        counted: dict[str, int] = {}  # digest -> attempts this recovery set, for copies in later steps
-        largest, conflicts = _GUESSED_PAYLOAD_BYTES, 0
-        while conflicts < _WATCH_RETRIES:
-            read = self.redis.lrange(keys.inflight(wid), 0, max(1, RECOVER_STEP_BYTES // largest) - 1)
-            held = [_raw(p) for p in read]
-            largest = max([largest, *map(len, held)])
+        largest = _GUESSED_PAYLOAD_BYTES
+        for _ in range(_WATCH_RETRIES):
+            count = max(1, min(_RECOVER_READ, RECOVER_STEP_BYTES // largest))
+            held = [_raw(p) for p in self.redis.lrange(keys.inflight(wid), 0, count - 1)]
+            largest = max(map(len, held), default=largest)  # the next read sized by this one's largest
             digests = [payload_digest(p) for p in held]
             # the counts as stored, sent back as read: recover.lua re-checks them byte for byte
-            stored = [_raw(s or b"") for s in self.redis.hmget(keys.attempts, digests)] if held else []
+            stored: list[bytes] = []
+            marks: list[bytes | None] = []
+            if held:
+                with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.hmget(keys.attempts, digests)
+                    pipe.hmget(keys.recovering(wid), digests)
+                    counts, marked = pipe.execute()
+                stored = [_raw(s or b"") for s in counts]
+                marks = [None if m is None else _raw(m) for m in marked]
             args: list[Any] = [wid, self.max_attempts, "1" if force else "0", DIGEST_BYTES]
-            spent, step = 0, 0
-            for p, d, s in zip(held, digests, stored, strict=True):
+            spent = 0
+            for p, d, s, m in zip(held, digests, stored, marks, strict=True):
                 # a payload over DIGEST_BYTES is checked by its digest alone: not sent back in full; the
                 # letter is read only when this attempt is the last (recover.lua re-checks the count)
-                n = counted[d] if d in counted else attempts_of(s) + 1
+                n = attempts_of(m) if m is not None else attempts_of(s) + 1
                 letter = poison_letter(p, wid, n) if n >= self.max_attempts else ""
-                sent = p if len(p) <= DIGEST_BYTES else b""
-                if step and spent + len(sent) + len(letter) > RECOVER_STEP_BYTES:
+                if len(args) > 4 and spent + len(p) + len(letter) > RECOVER_STEP_BYTES:
                     break  # the rest by the next step
-                seen = f"={counted[d]}" if d in counted else s
-                args += [sent, d, seen, letter]
-                spent += len(sent) + len(letter)
-                step += 1
+                seen = b"=" + m if m is not None else s
+                args += [p if len(p) <= DIGEST_BYTES else b"", d, seen, letter]
+                spent += len(p) + len(letter)  # what the script moves, sent back or not
             status, requeued, dead, left = self._recover(keys=script_keys, args=args)
             if status == b"alive":
                 return done if done.requeued or done.dead else None
-            if status != b"ok":
-                conflicts += 1
-                continue
-            for d, s in zip(digests[:step], stored[:step], strict=True):
-                counted.setdefault(d, attempts_of(s) + 1)
-            done = Recovery(wid, done.requeued + int(requeued), done.dead + int(dead))
-            if not int(left):
-                return done
-        raise TransientError(f"recovery of {wid} kept conflicting")
+            if status == b"ok":
+                done = Recovery(wid, done.requeued + int(requeued), done.dead + int(dead))
+                if not int(left):
+                    return done
+        return done  # changed again and again: another worker recovers it; the next round sees
 
     @transient
     def trim(self, now: float | None = None) -> int:

@@ -1,10 +1,12 @@
 -- ticketq: recovery, one step of the requeue of a dead worker's in-flight list (or its poison letters).
--- KEYS: 1 P:workers, 2 P:heartbeat:<worker>, 3 P:inflight:<worker>, 4 P:tickets, 5 P:attempts, 6 P:dead.
+-- KEYS: 1 P:workers, 2 P:heartbeat:<worker>, 3 P:inflight:<worker>, 4 P:tickets, 5 P:attempts, 6 P:dead,
+--       7 P:recovering:<worker> (digest -> the attempt count this recovery gave it, so a copy of the
+--       same payload in a later step, whoever takes that step, is the same death; gone with the list).
 -- ARGV: 1 worker id, 2 max attempts, 3 force (ignore a live heartbeat), 4 digest bound (DIGEST_BYTES in
 --       producer/protocol.py), then for each payload the caller read from the head of the in-flight list
 --       (left to right; none: the list must be empty): payload (empty when it is over ARGV 4 bytes: its
---       digest identifies it), digest, its P:attempts value as read ('' for none) or '=N' when an earlier
---       step of this recovery counted it already (N attempts), dead letter JSON ('' unless it dies now).
+--       digest identifies it), digest, its P:attempts value as read ('' for none) or '=N' when KEYS 7
+--       holds N for it (an earlier step counted it), dead letter JSON ('' unless it dies now).
 -- Atomic per step: the liveness check, the re-check of what the caller read, each requeue or dead letter,
 --   the attempt counts and the LTRIM of those payloads (and, with the list emptied, the deregistration):
 --   a payload ends in the input or in P:dead, never both or neither. The caller steps through a list by
@@ -21,12 +23,16 @@ local function attempts_of(value)
   if value and #value <= 9 and string.match(value, '^%d+$') then return tonumber(value) end
   return 0
 end
-if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then return {'alive', 0, 0, 0} end
+if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('DEL', KEYS[7])  -- it was only slow: a later death is a new one
+  return {'alive', 0, 0, 0}
+end
 -- The keys it writes, each of the wrong type (by hand), fail here, before the first write: a script is
 -- not rolled back, and a failure after some requeues would requeue them again at every retry.
 redis.call('LLEN', KEYS[4])
 redis.call('HEXISTS', KEYS[5], '')
 redis.call('LLEN', KEYS[6])
+redis.call('HEXISTS', KEYS[7], '')
 local bound, most = tonumber(ARGV[4]), tonumber(ARGV[2])
 local n = (#ARGV - 4) / 4
 local held = {}
@@ -40,11 +46,14 @@ for i, p in ipairs(held) do
   else
     same = ARGV[j + 1] == '' and redis.sha1hex(table.concat({string.sub(p, 1, bound), '\n', string.format('%d', #p)})) == ARGV[j + 2]
   end
-  local now, seen = redis.call('HGET', KEYS[5], ARGV[j + 2]) or '', ARGV[j + 3]
-  if string.sub(seen, 1, 1) == '=' then
-    -- counted by an earlier step: its count stands (or, dead then, it is gone)
-    local count = tonumber(string.sub(seen, 2))
-    if count >= most then seen = '' else seen = string.format('%d', count) end
+  local seen, mark = ARGV[j + 3], redis.call('HGET', KEYS[7], ARGV[j + 2])
+  local now
+  if string.sub(seen, 1, 1) == '=' then  -- counted by an earlier step: its mark must say so
+    now = mark and string.format('=%s', mark) or ''
+  elseif mark then  -- counted meanwhile by another recoverer's step
+    return {'changed', 0, 0, 0}
+  else
+    now = redis.call('HGET', KEYS[5], ARGV[j + 2]) or ''
   end
   if not same or now ~= seen then return {'changed', 0, 0, 0} end
 end
@@ -62,6 +71,7 @@ for i, p in ipairs(held) do
     else
       attempts[d] = attempts_of(redis.call('HGET', KEYS[5], d)) + 1
       redis.call('HSET', KEYS[5], d, string.format('%d', attempts[d]))
+      redis.call('HSET', KEYS[7], d, string.format('%d', attempts[d]))
     end
   end
   if attempts[d] >= most then
@@ -76,5 +86,8 @@ for i, p in ipairs(held) do
 end
 if n > 0 then redis.call('LTRIM', KEYS[3], n, -1) end
 local left = redis.call('LLEN', KEYS[3])
-if left == 0 and ARGV[3] ~= '1' then redis.call('SREM', KEYS[1], ARGV[1]) end
+if left == 0 then
+  redis.call('DEL', KEYS[7])
+  if ARGV[3] ~= '1' then redis.call('SREM', KEYS[1], ARGV[1]) end
+end
 return {'ok', requeued, dead, left}

@@ -50,7 +50,7 @@ class Settings(RedisOptions):
     drain: int = setting(
         256,
         help="most tickets claimed at once, then sorted and packed together",
-        # the bound keeps a dead worker's recovery (one script over what it held) near 10 ms of Redis
+        # the bound keeps a dead worker's recovery (steps of ~512 KiB over what it held) short
         check=between(1, 2_000),
     )
     max_wait_ms: int = setting(

@@ -333,6 +333,85 @@ def test_copies_of_one_payload_in_different_steps_count_one_death(
         assert [(x.payload, x.attempts) for x in letters] == [(a, 2), (a, 2)]
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_copies_in_steps_taken_by_different_workers_are_one_death(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review: the first copy's count lived in one recoverer's memory, so a peer taking the next step
+    (or the same worker after a dropped connection) counted the second copy's death again: a payload that
+    had died once was dead-lettered as poison (3) instead of requeued twice (2)."""
+    monkeypatch.setattr(queue_module, "RECOVER_STEP_BYTES", 1)  # one payload a step
+    a, b = payload("a"), payload("b")
+    r.lpush(keys.inflight("gone"), a, b, a)
+    r.sadd(keys.workers, "gone")
+    r.hset(keys.attempts, payload_digest(a), 1)
+    first = RedisQueue(r, keys, "w1", max_attempts=3)
+    script = first._recover
+
+    def one_step(**kw: Any) -> Any:
+        script(**kw)
+        raise _Stop  # the first recoverer goes away after one step
+
+    first._recover = one_step
+    assert first.recover() == [] and "gone" in first.recovery_errors  # one step done, then gone
+    (rec,) = RedisQueue(r, keys, "w2", max_attempts=3).recover()
+    assert (rec.requeued, rec.dead) == (2, 0) and r.llen(keys.tickets) == 3 and r.llen(keys.dead) == 0
+    assert r.hget(keys.attempts, payload_digest(a)) == b"2"
+    assert not r.exists(keys.recovering("gone")) and not r.sismember(keys.workers, "gone")
+
+
+def test_a_requeued_copy_acked_between_steps_does_not_stall_the_recovery(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review: once a peer served the first copy (its P:attempts entry deleted by the ack), every later
+    step conflicted until recovery raised TransientError."""
+    monkeypatch.setattr(queue_module, "RECOVER_STEP_BYTES", 1)
+    a, b = payload("a"), payload("b")
+    r.lpush(keys.inflight("gone"), a, b, a)
+    r.sadd(keys.workers, "gone")
+    q = RedisQueue(r, keys, "w1")
+    peer = RedisQueue(r, keys, "w2")
+    script = q._recover
+    calls: list[bytes] = []
+
+    def then_served(**kw: Any) -> Any:
+        out = script(**kw)
+        if not calls:
+            (raw,) = peer.claim(1, max_wait_s=0)
+            peer.ack([finished(raw)], [])
+        calls.append(out[0])
+        return out
+
+    q._recover = then_served
+    (rec,) = q.recover()
+    assert calls == [b"ok", b"ok", b"ok"] and (rec.requeued, rec.dead) == (3, 0)
+    assert not r.exists(keys.inflight("gone")) and not r.exists(keys.recovering("gone"))
+
+
+def test_a_step_of_oversized_payloads_is_bounded_by_their_size(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Payloads over DIGEST_BYTES are not sent back, so the review saw a step move 32 of 200 KB (6.4 MB):
+    a step counts what it moves."""
+    big = [b"x" * 200_000 + str(i).encode() for i in range(10)]
+    r.lpush(keys.inflight("gone"), *big)
+    r.sadd(keys.workers, "gone")
+    q = RedisQueue(r, keys, "w1")
+    per_call: list[int] = []
+    script = q._recover
+
+    def counted(**kw: Any) -> Any:
+        per_call.append((len(kw["args"]) - 4) // 4)
+        return script(**kw)
+
+    q._recover = counted
+    (rec,) = q.recover()
+    assert rec.requeued == 10 and max(per_call) <= 3, per_call  # 512 KiB a step: two, and one past it at most
+
+
 def test_a_worker_found_alive_between_steps_keeps_the_rest(
     r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -352,6 +431,7 @@ def test_a_worker_found_alive_between_steps_keeps_the_rest(
     (rec,) = q.recover()
     assert (rec.requeued, rec.dead) == (1, 0) and r.llen(keys.inflight("gone")) == 2
     assert r.sismember(keys.workers, "gone")  # still registered: its heartbeat decides from here
+    assert not r.exists(keys.recovering("gone"))  # a later death is a new one
 
 
 def test_a_worker_hands_back_a_large_claim_in_bounded_calls(
@@ -665,7 +745,7 @@ def test_recovery_of_an_oversized_payload_sees_it_changed(r: redis.Redis, keys: 
     r.sadd(keys.workers, "gone")
     q = RedisQueue(r, keys, "w1")
     script_keys = [keys.workers, keys.heartbeat("gone"), keys.inflight("gone"), keys.tickets]
-    script_keys += [keys.attempts, keys.dead]
+    script_keys += [keys.attempts, keys.dead, keys.recovering("gone")]
     other = _spec_digest(big + b"y")  # the same first 64 KiB, another size
     status, _, _, _ = q._recover(keys=script_keys, args=["gone", 3, "0", 65536, b"", other, "", "{}"])
     assert status == b"changed" and r.llen(keys.inflight("gone")) == 1 and r.llen(keys.tickets) == 0
