@@ -12,12 +12,17 @@
 --   or where RENAME is refused (an ACL written before it), the bytes are copied here. Plus the LTRIM.
 -- Returns the new version, {'changed', the current version}, or {'staged_gone'} when the staging key
 --   is missing (expired: the publisher stalled past its TTL).
+local staged = KEYS[4]
 if ARGV[4] then
   local now = redis.call('HGET', KEYS[2], 'version') or ''
-  if now ~= ARGV[4] then return {'changed', now} end
+  if now ~= ARGV[4] then
+    if staged then redis.call('DEL', staged) end  -- not left to its TTL: up to 64 MiB
+    return {'changed', now}
+  end
 end
-local staged = KEYS[4]
-if staged and redis.call('HEXISTS', staged, 'data') == 0 then return {'staged_gone'} end
+-- HEXISTS refused (an ACL line from before): the staging key is taken as there, as the caller wrote it
+local ok, there = pcall(redis.call, 'HEXISTS', staged or '', 'data')
+if staged and ok and there == 0 then return {'staged_gone'} end
 -- A key of the wrong type (by hand) fails here, before anything is written (a script is not rolled back).
 redis.call('LLEN', KEYS[3])
 local version = tostring(redis.call('INCR', KEYS[1]))

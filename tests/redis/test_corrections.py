@@ -546,7 +546,7 @@ def _script_args_carried(r: redis.Redis) -> int:
     return most
 
 
-@pytest.mark.parametrize("denied", ["", "-rename", "-expire", "-persist"])
+@pytest.mark.parametrize("denied", ["", "-rename", "-expire", "-persist", "-hexists"])
 def test_a_head_is_published_through_a_staging_key_and_without_one_where_refused(
     redis_url: str, r: redis.Redis, keys: Keys, denied: str
 ) -> None:
@@ -573,11 +573,20 @@ def test_a_head_is_published_through_a_staging_key_and_without_one_where_refused
         assert client.publish_head(b"two", question="intent") == "1"
         assert r.hmget(keys.asking("intent").head, ["version", "data"]) == [b"1", b"two"]
         assert not list(r.scan_iter(f"{keys.prefix}:q:intent:head:staging:*"))
-        staged = denied in ("", "-rename", "-persist")  # EXPIRE refused: no staging key at all
+        staged = denied != "-expire"  # EXPIRE refused: no staging key at all
         assert (carried < 1000) is staged, carried
         narrow.close()
     finally:
         r.acl_deluser(user)
+
+
+def test_a_head_judged_against_another_version_leaves_no_staging_key(r: redis.Redis, keys: Keys) -> None:
+    client = Client(r, keys.prefix)
+    client.publish_head(b"first")
+    with pytest.raises(HeadChanged):
+        client.publish_head(b"second", replacing="")  # judged against none; version 1 is current
+    assert client.current_head() == ("1", b"first")
+    assert not list(r.scan_iter(f"{keys.prefix}:head:staging:*"))  # not left for its 10 minutes
 
 
 def test_a_staging_key_gone_before_the_script_publishes_nothing(
