@@ -278,6 +278,10 @@ DEEP = b'{"id": "a", "text": "b", "d": ' + b"[" * (MAX_DEPTH) + b"]" * (MAX_DEPT
         ('{"id": "inv\u202eeciov", "text": "b"}'.encode(), "format character U+202E in id (bidi control)"),
         ('{"id": "a\u2066b", "text": "b"}'.encode(), "format character U+2066 in id (bidi control)"),
         ('{"id": "a\u2028b", "text": "b"}'.encode(), "format character U+2028 in id (line separator)"),
+        ('{"id": "T-\u200d1", "text": "b"}'.encode(), "format character U+200D in id (invisible)"),
+        ('{"id": "T-\u00ad1", "text": "b"}'.encode(), "format character U+00AD in id (invisible)"),
+        ('{"id": "T-\U000e0041", "text": "b"}'.encode(), "format character U+E0041 in id (invisible)"),
+        ('{"id": "T-1", "text": "a\u200db \u00ad"}'.encode(), None),  # kept in text: emoji need them
         ('{"id": "a", "text": "\u05e9\u05dc\u05d5\u05dd \u200f ok"}'.encode(), None),  # bidi text stays
         (b'\xef\xbb\xbf{"id": "a", "text": "b"}', "byte-order mark before the JSON"),
         (b'{"id": "a", "id": "b", "text": "c"}', "duplicate key: id"),
