@@ -293,6 +293,8 @@ def decode_ticket(raw: bytes | str) -> Ticket:
         raise BadTicket(f"wrong type: id must be a string, got {_type_name(ticket_id)}")
     if not ticket_id.strip():
         raise BadTicket("empty field: id")
+    if ticket_id in (".", ".."):  # a URL path segment browsers resolve away: no page could show it
+        raise BadTicket(f"id {ticket_id!r} is not an id (a path segment: '.' and '..' are refused)")
     if len(ticket_id) > MAX_ID_CHARS:
         raise BadTicket(f"id too long: {len(ticket_id)} characters > {MAX_ID_CHARS}")
     # Ids end up in logs, terminals and web pages: no control characters there (not even tab or newline),

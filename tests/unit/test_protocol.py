@@ -279,6 +279,9 @@ DEEP = b'{"id": "a", "text": "b", "d": ' + b"[" * (MAX_DEPTH) + b"]" * (MAX_DEPT
         ('{"id": "a\u2066b", "text": "b"}'.encode(), "format character U+2066 in id (bidi control)"),
         ('{"id": "a\u2028b", "text": "b"}'.encode(), "format character U+2028 in id (line separator)"),
         ('{"id": "T-\u200d1", "text": "b"}'.encode(), "format character U+200D in id (invisible)"),
+        (b'{"id": "..", "text": "b"}', "id '..' is not an id (a path segment: '.' and '..' are refused)"),
+        (b'{"id": ".", "text": "b"}', "id '.' is not an id (a path segment: '.' and '..' are refused)"),
+        (b'{"id": "...", "text": "b"}', None),
         ('{"id": "T-\u00ad1", "text": "b"}'.encode(), "format character U+00AD in id (invisible)"),
         ('{"id": "T-\U000e0041", "text": "b"}'.encode(), "format character U+E0041 in id (invisible)"),
         ('{"id": "T-1", "text": "a\u200db \u00ad"}'.encode(), None),  # kept in text: emoji need them
