@@ -79,7 +79,8 @@ def make_templates() -> Jinja2Templates:
     templates.env.filters["age"] = age
     templates.env.filters["pct"] = pct
     templates.env.filters["when"] = when
-    # a ticket id as one path segment: "/" and ".." escaped, so a link opens that ticket and no other page
+    # a ticket id as one path segment: "/" escaped, so a link opens that ticket and no other page (the ids
+    # "." and "..", which browsers resolve away whatever the escaping, are refused by decode_ticket)
     templates.env.filters["segment"] = lambda v: quote(str(v), safe="")
     return templates
 
