@@ -11,7 +11,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -157,3 +157,24 @@ def run_producer_cli(redis_url: str, keys: Keys, *args: str, stdin: str = "") ->
     finally:
         sys.stdin, sys.stdout, sys.stderr = saved
     return code, out.getvalue(), err.getvalue()
+
+
+@contextlib.contextmanager
+def narrow_redis(r: redis.Redis, redis_url: str, prefix: str, *denied: str) -> Iterator[redis.Redis]:
+    """A connection as a fresh ACL user allowed every command but ``denied`` (e.g. ``"-hstrlen"``) on
+    ``prefix``'s keys and every channel: an ACL line written before a command joined the worker's."""
+    user, password = f"ticketq-test-{os.urandom(4).hex()}", os.urandom(8).hex()
+    r.acl_setuser(
+        user,
+        enabled=True,
+        passwords=[f"+{password}"],
+        keys=[f"{prefix}*"],
+        channels=["*"],
+        commands=["+@all", *denied],
+    )
+    conn = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@", 1))
+    try:
+        yield conn
+    finally:
+        conn.close()
+        r.acl_deluser(user)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import replace
@@ -12,7 +11,7 @@ from typing import Any, cast
 import pytest
 import redis
 from redis.crc import key_slot
-from support import finished
+from support import finished, narrow_redis
 
 from producer.client import Client
 from producer.protocol import MAX_EVENT_BYTES, DeadLetter, Event, Keys, Result, decode_ticket, payload_digest
@@ -155,25 +154,12 @@ def test_an_ack_of_large_payloads_settles_a_bounded_number_of_bytes_a_transactio
 def test_an_ack_by_a_user_refused_hstrlen_reads_earlier_results_as_before(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:
-    user, password = f"ticketq-test-{os.urandom(4).hex()}", os.urandom(8).hex()
-    r.acl_setuser(
-        user,
-        enabled=True,
-        passwords=[f"+{password}"],
-        keys=[f"{keys.prefix}*"],
-        channels=["*"],
-        commands=["+@all", "-hstrlen"],
-    )
-    try:
-        narrow = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@", 1))
+    with narrow_redis(r, redis_url, keys.prefix, "-hstrlen") as narrow:
         q = RedisQueue(narrow, keys, "w1")
         r.lpush(keys.tickets, payload(1), payload(1, "other"))
         first, second = q.claim(2, max_wait_s=0)
         report = q.ack([finished(first), finished(second)], [])
         assert report.written == ["t1"] and [d.reason for d in report.dead] == ["duplicate id"]
-        narrow.close()
-    finally:
-        r.acl_deluser(user)
 
 
 def test_an_ack_of_long_ids_publishes_a_bounded_event_and_every_waiter_finishes(

@@ -5,12 +5,12 @@ so each result, kept text and correction may be that large: one HMGET of 1,000 r
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
+from support import narrow_redis
 
 from producer import client as client_module
 from producer.client import LARGEST_CORRECTION_BYTES, READ_BYTES, Client
@@ -144,16 +144,7 @@ def test_get_many_without_hstrlen_in_the_acl_reads_a_few_results_an_hmget(
     results a ticket can make) and does not ask again."""
     ids = [f"A-{i}" for i in range(30)]
     r.hset(keys.results, mapping={tid: big_result(tid) for tid in ids[::2]})
-    user, password = f"ticketq-test-{os.urandom(4).hex()}", os.urandom(8).hex()
-    r.acl_setuser(
-        user,
-        enabled=True,
-        passwords=[f"+{password}"],
-        keys=[f"{keys.prefix}*"],
-        commands=["+@all", "-hstrlen"],
-    )
-    try:
-        narrow = redis.Redis.from_url(redis_url.replace("redis://", f"redis://{user}:{password}@", 1))
+    with narrow_redis(r, redis_url, keys.prefix, "-hstrlen") as narrow:
         c = Client(narrow, keys.prefix)
         sizes: list[int] = []
         real = c._result_sizes
@@ -168,6 +159,3 @@ def test_get_many_without_hstrlen_in_the_acl_reads_a_few_results_an_hmget(
         assert c.get_many(ids) == expected and c.get_many(ids) == expected
         assert sizes == [30] and len(got) == 2 * -(-30 // client_module._GET_PLAIN)  # 8 a call
         assert max(got) <= READ_BYTES
-        narrow.close()
-    finally:
-        r.acl_deluser(user)
