@@ -504,7 +504,8 @@ class RedisQueue:
 
     @transient
     def recover_worker(self, wid: str, *, force: bool = False) -> Recovery | None:
-        """Requeue one worker's in-flight list; ``None`` if it turned out to be alive.
+        """Requeue one worker's in-flight list; ``None`` if it turned out to be alive (or another worker
+        recovers it, see below) before this one moved anything.
 
         In steps of about :data:`RECOVER_STEP_BYTES` of payloads and letters from the list's head (each
         step one atomic recover.lua call that re-checks what was read): one call for a whole claim of
@@ -552,7 +553,8 @@ class RedisQueue:
                 done = Recovery(wid, done.requeued + int(requeued), done.dead + int(dead))
                 if not int(left):
                     return done
-        return done  # changed again and again: another worker recovers it; the next round sees
+        # changed again and again: another worker recovers it (the next round sees what is left)
+        return done if done.requeued or done.dead else None
 
     @transient
     def trim(self, now: float | None = None) -> int:
