@@ -54,8 +54,8 @@ _WATCH_RETRIES = 64
 # Tickets one ack transaction writes and releases at most: a drain larger than this is acknowledged in
 # several (measured, 2-core EPYC: a 10,000-ticket transaction held Redis for about 90 ms; 500, a few ms).
 ACK_STEP = 500
-# Payload bytes one ack transaction settles at most (at least one ticket): its results, texts, letters
-# and routed jobs are each about that much again. 256 valid 64 KiB tickets in one transaction held
+# Payload and result bytes one ack transaction settles at most (at least one ticket): its texts,
+# letters and routed jobs are about that much again. 256 valid 64 KiB tickets in one transaction held
 # Redis 13-19 ms, 116-131 ms with routing (an audit, 2-core Xeon).
 ACK_STEP_BYTES = 512 * 1024
 _READ_BYTES = 1024 * 1024  # most bytes of earlier results one HMGET of the ack's plan reads
@@ -253,10 +253,11 @@ class RedisQueue:
         claimed, last = self._claimed, len(self._claimed)
         both: list[Finished | Rejected] = [*finished, *rejected]
         items = sorted(both, key=lambda i: claimed.get(i.raw, last))
+        encoded = {id(f): _encode(f) for f in finished}  # once, before the steps, which count them too
         report = AckReport()
-        for part in _steps(items):
+        for part in _steps(items, encoded):
             done = [i for i in part if isinstance(i, Finished)]
-            step = self._ack(done, [i for i in part if isinstance(i, Rejected)], hook)
+            step = self._ack(done, [i for i in part if isinstance(i, Rejected)], hook, encoded)
             report.written += step.written
             report.fresh += step.fresh
             report.redelivered += step.redelivered
@@ -264,14 +265,18 @@ class RedisQueue:
         return report
 
     def _ack(
-        self, finished: Sequence[Finished], rejected: Sequence[Rejected], hook: AckHook | None
+        self,
+        finished: Sequence[Finished],
+        rejected: Sequence[Rejected],
+        hook: AckHook | None,
+        encoded: dict[int, str | Unwritable],
     ) -> AckReport:
         """One transaction of :meth:`ack`."""
         with self.redis.pipeline(transaction=True) as pipe:
             for _ in range(_WATCH_RETRIES):
                 try:
                     pipe.watch(self.keys.results, self.inflight)
-                    report, writes, rejects = self._plan(pipe, finished, rejected)
+                    report, writes, rejects = self._plan(pipe, finished, rejected, encoded)
                     pipe.multi()
                     placing = self._write(pipe, report, writes, rejects, [*finished, *rejected], hook)
                     self._check(pipe.execute(raise_on_error=False), placing)
@@ -302,7 +307,11 @@ class RedisQueue:
         )
 
     def _plan(
-        self, pipe: Pipeline, finished: Sequence[Finished], rejected: Sequence[Rejected]
+        self,
+        pipe: Pipeline,
+        finished: Sequence[Finished],
+        rejected: Sequence[Rejected],
+        encoded: dict[int, str | Unwritable],
     ) -> tuple[AckReport, dict[str, tuple[Result, str]], list[Rejected]]:
         ids = list(dict.fromkeys(f.result.id for f in finished))
         digests: dict[str, str] = {}
@@ -315,22 +324,24 @@ class RedisQueue:
         rejects = list(rejected)
         for item in finished:
             tid, digest = item.result.id, item.result.digest
-            try:  # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
-                encoded = item.result.to_json()
-            except Unwritable as exc:
-                letter = DeadLetter(f"unwritable result: {exc}", item.raw, worker=self.worker_id, id=tid)
+            # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
+            json_or_error = encoded[id(item)] if id(item) in encoded else _encode(item)
+            if isinstance(json_or_error, Unwritable):
+                reason = f"unwritable result: {json_or_error}"
+                letter = DeadLetter(reason, item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
                 continue
+            encoded_json = json_or_error
             if tid not in digests:
                 digests[tid] = digest
                 report.fresh.append(item)
                 report.written.append(tid)
-                writes[tid] = (item.result, encoded)
+                writes[tid] = (item.result, encoded_json)
             elif digests[tid] == digest:
                 report.redelivered.append(tid)
                 if tid not in writes:
                     report.written.append(tid)
-                    writes[tid] = (item.result, encoded)
+                    writes[tid] = (item.result, encoded_json)
             else:
                 letter = DeadLetter("duplicate id", item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
@@ -615,17 +626,30 @@ class RedisQueue:
         return int(depth), enqueued_at(head)
 
 
-def _steps(items: list[Finished | Rejected]) -> Iterator[list[Finished | Rejected]]:
-    """``items`` in runs of at most :data:`ACK_STEP` tickets and :data:`ACK_STEP_BYTES` of payload (one
-    ticket at least); one empty run for no items."""
+def _encode(item: Finished) -> str | Unwritable:
+    """A finished ticket's result as the JSON the ack writes, or why it cannot be written."""
+    try:
+        return item.result.to_json()
+    except Unwritable as exc:
+        return exc
+
+
+def _steps(
+    items: list[Finished | Rejected], encoded: dict[int, str | Unwritable]
+) -> Iterator[list[Finished | Rejected]]:
+    """``items`` in runs of at most :data:`ACK_STEP` tickets and :data:`ACK_STEP_BYTES` of payloads and
+    results (one ticket at least); one empty run for no items. A result can be four times its payload
+    (fields re-encoded: ``1e15`` is written ``1000000000000000.0``), so results count too."""
     run: list[Finished | Rejected] = []
     spent = 0
     for item in items:
-        if run and (len(run) >= ACK_STEP or spent + len(item.raw) > ACK_STEP_BYTES):
+        written = encoded.get(id(item))
+        size = len(item.raw) + (len(written) if isinstance(written, str) else 0)
+        if run and (len(run) >= ACK_STEP or spent + size > ACK_STEP_BYTES):
             yield run
             run, spent = [], 0
         run.append(item)
-        spent += len(item.raw)
+        spent += size
     yield run
 
 

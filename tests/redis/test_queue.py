@@ -151,6 +151,32 @@ def test_an_ack_of_large_payloads_settles_a_bounded_number_of_bytes_a_transactio
     assert len(runs) >= 2 and max(runs) <= 200_000 + 70_000, runs  # a run stops past the bound
 
 
+def test_results_larger_than_their_payloads_count_in_the_ack_steps(
+    q: RedisQueue, r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result can be four times its payload (its fields re-encoded: 1e15 is written 1000000000000000.0):
+    a step counted by payload bytes alone could write 2 MiB of results in one transaction."""
+    monkeypatch.setattr(queue_module, "ACK_STEP_BYTES", 200_000)
+    numbers = b",".join([b"1e15"] * 2000)
+    raws = [b'{"id": "t%d", "text": "hi", "n": [%s]}' % (i, numbers) for i in range(6)]
+    assert sum(map(len, raws)) < 200_000  # one step by payload bytes alone
+    r.lpush(keys.tickets, *raws)
+    got = q.claim(6, max_wait_s=0)
+    done = [finished(raw) for raw in got]
+    done = [replace(f, result=replace(f.result, fields=f.ticket.fields)) for f in done]
+    assert all(len(f.result.to_json()) > 3 * len(f.raw) for f in done)
+    pubsub = r.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(keys.events)
+    assert pubsub.get_message(timeout=2) is None
+    report = q.ack(done, [])
+    assert sorted(report.written) == [f"t{i}" for i in range(6)] and r.llen(keys.inflight("w1")) == 0
+    steps = []
+    while (message := pubsub.get_message(timeout=0.5)) is not None:
+        steps.append(Event.from_json(message["data"]).ids)
+    assert len(steps) >= 2, steps
+    assert all(sum(r.hstrlen(keys.results, i) for i in ids) <= 200_000 for ids in steps)
+
+
 def test_an_ack_by_a_user_refused_hstrlen_reads_earlier_results_as_before(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:
