@@ -301,18 +301,7 @@ class Client:
         sizes = None if len(ids) <= _GET_PLAIN or self._sizes_refused else self._allowed_sizes(ids)
         if sizes is None:
             return [ids[n : n + _GET_PLAIN] for n in range(0, len(ids), _GET_PLAIN)]
-        runs: list[Sequence[str]] = []
-        run: list[str] = []
-        spent = 0
-        for i, size in zip(ids, sizes, strict=True):
-            if not size:  # no result (one written since is announced on P:events: a wait reads it then)
-                continue
-            if run and spent + size > READ_BYTES:
-                runs.append(run)
-                run, spent = [], 0
-            run.append(i)
-            spent += size
-        return [*runs, run] if run else runs
+        return size_runs(ids, sizes, READ_BYTES)
 
     def _allowed_sizes(self, ids: Sequence[str]) -> list[int] | None:
         """:meth:`_result_sizes`, or None where the ACL refuses HSTRLEN (asked once a client: Redis logs
@@ -324,11 +313,7 @@ class Client:
             return None
 
     def _result_sizes(self, ids: Sequence[str]) -> list[int]:
-        """The bytes of each id's result (0: none), one pipelined HSTRLEN each."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            for i in ids:
-                pipe.hstrlen(self.keys.results, i)
-            return [int(n) for n in pipe.execute()]
+        return result_sizes(self.redis, self.keys.results, ids)
 
     def wait(
         self, ids: Iterable[str], timeout: float = 30.0, *, digests: Mapping[str, str] | None = None
@@ -724,6 +709,32 @@ class Client:
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 continue  # an entry no publish wrote
         return out
+
+
+def result_sizes(conn: Any, results: str, ids: Sequence[str]) -> list[int]:
+    """The bytes of each id's result in the hash ``results`` (0: none), one pipelined HSTRLEN each; raises
+    NoPermissionError where the ACL refuses HSTRLEN."""
+    with conn.pipeline(transaction=False) as pipe:
+        for i in ids:
+            pipe.hstrlen(results, i)
+        return [int(n) for n in pipe.execute()]
+
+
+def size_runs(ids: Sequence[str], sizes: Sequence[int], budget: int) -> list[Sequence[str]]:
+    """``ids`` in order, those with a result (size > 0) only, in runs whose results add up to at most
+    ``budget`` bytes (one larger result alone): one HMGET a run."""
+    runs: list[Sequence[str]] = []
+    run: list[str] = []
+    spent = 0
+    for i, size in zip(ids, sizes, strict=True):
+        if not size:  # no result (one written since is announced on P:events, or fails a WATCH)
+            continue
+        if run and spent + size > budget:
+            runs.append(run)
+            run, spent = [], 0
+        run.append(i)
+        spent += size
+    return [*runs, run] if run else runs
 
 
 def _check_wait(timeout: float) -> None:

@@ -31,6 +31,7 @@ import redis
 from redis.client import Pipeline
 
 from producer import scripts
+from producer.client import result_sizes, size_runs
 from producer.protocol import (
     DIGEST_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -325,7 +326,7 @@ class RedisQueue:
         for item in finished:
             tid, digest = item.result.id, item.result.digest
             # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
-            json_or_error = encoded[id(item)] if id(item) in encoded else _encode(item)
+            json_or_error = encoded[id(item)]
             if isinstance(json_or_error, Unwritable):
                 reason = f"unwritable result: {json_or_error}"
                 letter = DeadLetter(reason, item.raw, worker=self.worker_id, id=tid)
@@ -351,29 +352,18 @@ class RedisQueue:
         report.dead = [r.letter for r in rejects]
         return report, writes, rejects
 
-    def _by_size(self, ids: list[str]) -> Iterator[list[str]]:
-        """``ids`` in runs whose earlier results add up to at most :data:`_READ_BYTES` (one at least), by
-        one pipelined HSTRLEN each, outside the WATCH (sizes only decide the runs): a drain re-pushing the
-        ids of 64 KiB results read 16 MiB in one HMGET (14.7 ms). Where the ACL refuses HSTRLEN, one run."""
+    def _by_size(self, ids: list[str]) -> list[Sequence[str]]:
+        """The ids that have an earlier result, in runs of at most :data:`_READ_BYTES` of them (one at
+        least), by one pipelined HSTRLEN each after the WATCH began (a result written since fails the
+        transaction): a drain re-pushing the ids of 64 KiB results read 16 MiB in one HMGET (14.7 ms).
+        Where the ACL refuses HSTRLEN, one run of them all, as before."""
         if not ids:
-            return
+            return []
         try:
-            with self.redis.pipeline(transaction=False) as sizes:
-                for tid in ids:
-                    sizes.hstrlen(self.keys.results, tid)
-                lengths = [int(n) for n in sizes.execute()]
-        except redis.exceptions.NoPermissionError:  # an ACL line from before +hstrlen: one read, as before
-            yield ids
-            return
-        run: list[str] = []
-        spent = 0
-        for tid, size in zip(ids, lengths, strict=True):
-            if run and spent + size > _READ_BYTES:
-                yield run
-                run, spent = [], 0
-            run.append(tid)
-            spent += size
-        yield run
+            sizes = result_sizes(self.redis, self.keys.results, ids)
+        except redis.exceptions.NoPermissionError:  # an ACL line from before +hstrlen
+            return [ids]
+        return size_runs(ids, sizes, _READ_BYTES)
 
     def _still_held(self, pipe: Pipeline, rejects: list[Rejected], step: int) -> list[Rejected]:
         """The rejects whose payloads are still in this worker's in-flight list, each copy held once.
