@@ -37,7 +37,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
+
+from producer.strictjson import finite_number
 
 if TYPE_CHECKING:
     import torch
@@ -396,15 +398,11 @@ def mlp_fold(record: Any) -> tuple[float, float] | None:
     where the record holds no such numbers (anyone's JSON once published)."""
     if not isinstance(record, dict) or not isinstance(record.get("accuracy_by_share"), dict):
         return None
-    by, share = record["accuracy_by_share"], record.get("share")
-    if not _number(share):
+    by, share = record["accuracy_by_share"], finite_number(record.get("share"))
+    if share is None:
         return None
-    linear, blended = by.get("0"), by.get(f"{float(share):g}")
-    return (float(linear), float(blended)) if _number(linear) and _number(blended) else None
-
-
-def _number(value: Any) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    linear, blended = finite_number(by.get("0")), finite_number(by.get(f"{share:g}"))
+    return (linear, blended) if linear is not None and blended is not None else None
 
 
 def lost_unseen(in_use: Any, candidate: Any, method: str) -> list[str]:
