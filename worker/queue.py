@@ -446,10 +446,9 @@ class RedisQueue:
             pipe.zremrangebyrank(key, MAX_REVIEW, MAX_REVIEW + _REVIEW_CUT - 1)
         if hook is not None and report.fresh:
             hook(pipe, report.fresh)
-        event = Event.after(report.written, report.dead)
+        placing.event = Event.after(report.written, report.dead).to_json()
         if not self.cluster:
-            pipe.publish(self.keys.events, event.to_json())
-        placing.event = event.to_json()
+            pipe.publish(self.keys.events, placing.event)
         return placing
 
     # -- heartbeat and recovery ------------------------------------------------------------------------
