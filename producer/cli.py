@@ -273,6 +273,9 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
             alive = "yes" if w.alive else "no"
             head = str(w.info.get("head_version") or "-")
             print(f"  {w.id:<{width}}  {alive:<5}  {w.inflight:>9}  {head:>5}  {w.info.get('model', '')}")
+    for w in stats.workers:  # keys made by hand: named, every other worker still shown
+        if w.problem:
+            print(f"ticketq-producer: worker {w.id}: {w.problem}", file=sys.stderr)
     return 0
 
 

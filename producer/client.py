@@ -108,11 +108,45 @@ class Waited:
 
 
 @dataclass(frozen=True)
+class Beat:
+    """One worker's heartbeat as a reader sees it."""
+
+    alive: bool  # the key exists and expires, as every heartbeat a worker writes does
+    info: dict[str, Any]  # what it says (empty: none, or not a worker's JSON object)
+    problem: str = ""  # why it is not a heartbeat a worker wrote (made by hand), or ""
+
+
+def read_beats(client: redis.Redis, keys: Keys, ids: Sequence[str]) -> list[Beat]:
+    """The heartbeats of ``ids``, in one pipeline: ``PTTL`` (a key that never expires, made by hand or left
+    by ``PERSIST``, would count as alive forever and its worker's claim never be recovered: it is not a
+    heartbeat, as :mod:`worker.recover` judges it too) and at most :data:`MAX_HEARTBEAT_BYTES` of each
+    (one of 100 MB made by hand: a part). A key of another type is named, not an error for the others."""
+    with client.pipeline(transaction=False) as pipe:
+        for wid in ids:
+            pipe.pttl(keys.heartbeat(wid))
+            pipe.getrange(keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)
+        replies = pipe.execute(raise_on_error=False) if ids else []
+    out = []
+    for wid, ttl, beat in zip(ids, replies[::2], replies[1::2], strict=True):
+        if isinstance(ttl, Exception):
+            raise ttl  # PTTL refuses no type: a refused command (ACL) or a cluster's error
+        problem = ""
+        if isinstance(beat, Exception):
+            problem, beat = f"{keys.heartbeat(wid)} is not a string: not a heartbeat a worker wrote", None
+        elif ttl == -1:
+            problem = f"{keys.heartbeat(wid)} never expires: not a heartbeat a worker wrote"
+        alive = isinstance(ttl, int) and ttl >= 0 and not problem
+        out.append(Beat(alive=alive, info=_json_object(beat), problem=problem))
+    return out
+
+
+@dataclass(frozen=True)
 class WorkerStats:
     id: str
-    alive: bool  # heartbeat present
+    alive: bool  # a heartbeat that expires (:func:`read_beats`)
     inflight: int
     info: dict[str, Any]
+    problem: str = ""  # its heartbeat or in-flight key was made by hand (another type, no TTL), or ""
 
 
 @dataclass(frozen=True)
@@ -468,17 +502,17 @@ class Client:
             pipe.smembers(self.keys.workers)
             waiting, done, dead, members = pipe.execute()
         ids = sorted(as_text(m) for m in members)
+        beats = read_beats(self.redis, self.keys, ids)
         with self.redis.pipeline(transaction=False) as pipe:
             for wid in ids:
-                pipe.exists(self.keys.heartbeat(wid))
-                pipe.getrange(self.keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)  # one by hand: a part
                 pipe.llen(self.keys.inflight(wid))
-            replies = pipe.execute()
+            held = pipe.execute(raise_on_error=False) if ids else []
         workers = []
-        for n, wid in enumerate(ids):
-            alive, beat, held = replies[3 * n : 3 * n + 3]
-            info = _json_object(beat)
-            workers.append(WorkerStats(id=wid, alive=bool(alive), inflight=int(held), info=info))
+        for wid, beat, count in zip(ids, beats, held, strict=True):
+            problem = beat.problem
+            if isinstance(count, Exception):
+                problem, count = f"{self.keys.inflight(wid)} is not a list: recover its payloads by hand", 0
+            workers.append(WorkerStats(wid, beat.alive, int(count), beat.info, problem))
         return Stats(waiting=int(waiting), done=int(done), dead=int(dead), workers=workers)
 
     # -- corrections and heads ---------------------------------------------------------------------------

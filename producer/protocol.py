@@ -23,7 +23,8 @@ key                        type    what                                         
                                    expires.
 ``P:heartbeat:<worker>``   string  worker info JSON (id, host, model, ``questions``: the        TTL
                                    task's further questions); refreshed with a TTL. Readers
-                                   read its first ``MAX_HEARTBEAT_BYTES`` only.
+                                   read its first ``MAX_HEARTBEAT_BYTES`` only. Alive: a string
+                                   that expires (one without a TTL, or another type: no beat).
 ``P:workers``              set     ids of workers that may hold in-flight lists.                removed on
                                                                                                 recovery
 ``P:recovering:<worker>``  hash    payload digest -> the attempt count a recovery of that       until its

@@ -1,9 +1,10 @@
 """Healthcheck: exit 0 when a worker of this host (or ``--worker-id``) is alive and making progress, else 1.
 
-Alive means its heartbeat key exists. The heartbeat thread renews that key only while the worker loop
-makes progress (see :mod:`worker.heartbeat`), so a worker hung in a forward pass fails this check
-within its heartbeat TTL, not just a dead one. No keyspace scan: the ids come from ``P:workers`` (a
-set, one per live or recently dead worker) and their heartbeats are read in one pipeline.
+Alive means its heartbeat key exists and expires (:func:`producer.client.read_beats`). The heartbeat
+thread renews that key only while the worker loop makes progress (see :mod:`worker.heartbeat`), so a
+worker hung in a forward pass fails this check within its heartbeat TTL, not just a dead one. No keyspace
+scan: the ids come from ``P:workers`` (a set, one per live or recently dead worker) and their heartbeats
+are read in one pipeline.
 
 For docker-compose: ``healthcheck: test: ["CMD", "ticketq-worker", "check"]`` (each container has its
 own host name, which the default worker id starts with).
@@ -12,18 +13,17 @@ own host name, which the default worker id starts with).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
 from dataclasses import dataclass
 
 from producer import config
-from producer.client import mask_url
+from producer.client import mask_url, read_beats
 from producer.config import between, option, setting
 from producer.exitcodes import Exit
 from producer.options import RedisOptions
-from producer.protocol import MAX_HEARTBEAT_BYTES, Keys, cluster_prefix
+from producer.protocol import Keys, cluster_prefix
 
 
 @dataclass(frozen=True)
@@ -57,27 +57,14 @@ def run(ns: argparse.Namespace) -> int:
         else:
             # a member no worker wrote (not UTF-8, by hand) names no heartbeat: skipped, not a traceback
             ids = sorted(filter(None, map(_utf8, client.smembers(keys.workers))))
-        with client.pipeline(transaction=False) as pipe:
-            for wid in ids:  # at most MAX_HEARTBEAT_BYTES of each (a heartbeat made by hand: a part)
-                pipe.exists(keys.heartbeat(wid))
-                pipe.getrange(keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)
-            replies = pipe.execute() if ids else []
-        beats = [beat if exists else None for exists, beat in zip(replies[::2], replies[1::2], strict=True)]
+        beats = read_beats(client, keys, ids)  # at most MAX_HEARTBEAT_BYTES of each; one without TTL: dead
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         print(f"unhealthy: Redis at {mask_url(args.redis_url)}: {type(exc).__name__}: {exc}")
         return Exit.FAILED
     alive = []
     for wid, beat in zip(ids, beats, strict=True):
-        if beat is None:
-            continue
-        try:
-            info = json.loads(beat)
-        except (ValueError, RecursionError):
-            info = {}
-        if not isinstance(info, dict):  # a heartbeat no worker wrote ([1], by hand): not this host's
-            info = {}
-        if args.worker_id or info.get("host") == host:
-            alive.append(f"{wid} (progress {info.get('progress_age_s', '?')} s ago)")
+        if beat.alive and (args.worker_id or beat.info.get("host") == host):
+            alive.append(f"{wid} (progress {beat.info.get('progress_age_s', '?')} s ago)")
     if not alive:
         who = args.worker_id or f"host {host}"
         print(f"unhealthy: no live heartbeat for {who} under {keys.prefix}")

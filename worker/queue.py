@@ -476,7 +476,7 @@ class RedisQueue:
                 continue
             if wid == self.worker_id and not include_self:
                 continue
-            if not self.redis.exists(self.keys.heartbeat(wid)):
+            if not self._beating(wid):
                 try:
                     done = self._recover_one(wid)
                 except (TransientError, FatalError):  # fatal: a key it shares with this worker
@@ -487,6 +487,15 @@ class RedisQueue:
                 if done is not None:
                     out.append(done)
         return out
+
+    def _beating(self, wid: str) -> bool:
+        """Whether ``wid``'s heartbeat is alive: a string that expires, as workers write it (recover.lua
+        judges the same; one made by hand without a TTL, or of another type, is no heartbeat)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.pttl(self.keys.heartbeat(wid))
+            pipe.type(self.keys.heartbeat(wid))
+            ttl, kind = pipe.execute()
+        return int(ttl) >= 0 and kind in (b"string", "string")
 
     def _recover_one(self, wid: str) -> Recovery | None:
         """:meth:`recover_worker`, but a dead worker's in-flight key of another type than a list (by hand)

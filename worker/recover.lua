@@ -23,7 +23,12 @@ local function attempts_of(value)
   if value and #value <= 9 and string.match(value, '^%d+$') then return tonumber(value) end
   return 0
 end
-if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[2]) == 1 then
+-- Alive: a heartbeat that expires, as every worker writes it (a key made by hand without a TTL, or of
+-- another type, would keep its worker's claim from being recovered forever: not a heartbeat).
+local function beating(key)
+  return redis.call('PTTL', key) >= 0 and redis.call('TYPE', key)['ok'] == 'string'
+end
+if ARGV[3] ~= '1' and beating(KEYS[2]) then
   redis.call('DEL', KEYS[7])  -- it was only slow: a later death is a new one
   return {'alive', 0, 0, 0}
 end

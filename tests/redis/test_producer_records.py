@@ -133,6 +133,38 @@ def test_a_heartbeat_made_by_hand_is_read_only_up_to_its_bound(
         assert done.returncode == healthy, done.stdout
 
 
+def test_stats_and_the_health_probe_name_worker_keys_made_by_hand(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """A heartbeat key of another type failed ``stats`` (WRONGTYPE: no worker shown at all) and one that
+    never expires counted as alive forever, in ``stats``, the dashboard and the health probe. Each is now
+    named, not alive, and every other worker still shown."""
+    r.sadd(keys.workers, "w1", "hashed", "persisted", "listed")
+    r.set(keys.heartbeat("w1"), json.dumps({"host": "h1"}), ex=60)
+    r.hset(keys.heartbeat("hashed"), "host", "h1")
+    r.expire(keys.heartbeat("hashed"), 60)
+    r.set(keys.heartbeat("persisted"), json.dumps({"host": "h1"}))
+    r.set(keys.heartbeat("listed"), json.dumps({"host": "h1"}), ex=60)
+    r.set(keys.inflight("listed"), "not a list")
+    r.lpush(keys.inflight("w1"), "p")
+    by = {w.id: w for w in Client(r, keys.prefix).stats().workers}
+    assert [(w, by[w].alive, by[w].inflight) for w in sorted(by)] == [
+        ("hashed", False, 0),
+        ("listed", True, 0),
+        ("persisted", False, 0),
+        ("w1", True, 1),
+    ]
+    assert by["w1"].problem == "" and "is not a string" in by["hashed"].problem
+    assert "never expires" in by["persisted"].problem and "is not a list" in by["listed"].problem
+    code, out, err = run_cli(redis_url, keys, "stats")
+    assert code == 0 and "2 alive of 4" in out
+    assert f"worker persisted: {keys.heartbeat('persisted')} never expires" in err
+    cmd = [sys.executable, "-m", "worker", "check", "--redis-url", redis_url, "--prefix", keys.prefix]
+    for wid, healthy in (("w1", 0), ("hashed", 1), ("persisted", 1)):
+        done = subprocess.run([*cmd, "--worker-id", wid], cwd=ROOT, capture_output=True, timeout=60)
+        assert done.returncode == healthy, done.stdout
+
+
 def test_a_lone_surrogate_in_a_record_is_printed_escaped_not_a_crash(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:

@@ -822,6 +822,28 @@ def test_a_worker_id_that_is_not_utf8_or_a_foreign_in_flight_key_stops_no_recove
     assert r.hget(keys.attempts, payload_digest(payload(3))) == b"1"
 
 
+def test_a_heartbeat_made_by_hand_keeps_no_claim_from_recovery(r: redis.Redis, keys: Keys) -> None:
+    """A heartbeat key that never expires (set by hand, or PERSIST) counted as alive forever: its worker's
+    claim was never recovered. Nor is a key of another type a heartbeat; a live worker's beat (SET with
+    PX) still is one, and a forced recovery ignores it as before."""
+    for wid, n in (("persisted", 1), ("hashed", 2), ("live", 3)):
+        RedisQueue(r, keys, wid).beat({}, ttl_s=60)
+        r.lpush(keys.inflight(wid), payload(n))
+    r.persist(keys.heartbeat("persisted"))
+    r.delete(keys.heartbeat("hashed"))
+    r.hset(keys.heartbeat("hashed"), "at", "1")
+    r.expire(keys.heartbeat("hashed"), 60)
+    peer = RedisQueue(r, keys, "w1")
+    recovered = sorted((rec.worker, rec.requeued) for rec in peer.recover())
+    assert recovered == [("hashed", 1), ("persisted", 1)] and not peer.recovery_errors
+    assert sorted(r.lrange(keys.tickets, 0, -1)) == [payload(1), payload(2)]
+    assert r.lrange(keys.inflight("live"), 0, -1) == [payload(3)]
+    r.lpush(keys.inflight("persisted"), payload(4))  # the script judges as the caller: asked directly
+    r.set(keys.heartbeat("persisted"), "{}")
+    rec = peer.recover_worker("persisted")
+    assert rec is not None and rec.requeued == 1
+
+
 @pytest.mark.parametrize("key", ["dead", "done", "review"])
 def test_an_ack_that_cannot_place_its_payloads_puts_them_back_and_names_the_key(
     q: RedisQueue, r: redis.Redis, keys: Keys, key: str
