@@ -20,7 +20,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import redis
@@ -29,7 +28,7 @@ from producer import config, review
 from producer.client import Client, LabelError, encode
 from producer.config import Check, at_least, between, option
 from producer.exitcodes import Exit, epilog, for_redis_error
-from producer.files import FORMATS, FileError, parse
+from producer.files import FORMATS, FileError, parse, read_text
 from producer.learning import MAX_HEAD_BYTES
 from producer.options import QuestionOptions, RedisOptions
 from producer.protocol import BadTicket
@@ -210,19 +209,9 @@ def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict
 
 def cmd_push(client: Client, args: argparse.Namespace) -> int:
     opts = config.resolve(PushOptions, args)
-    if args.file == "-":
-        tickets = read_tickets(sys.stdin, opts.format)
-    else:
-        try:
-            raw = Path(args.file).read_bytes()
-        except OSError as exc:
-            raise FileError(f"{args.file}: cannot read: {exc.strerror or exc}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = raw[: exc.start].count(b"\n") + 1
-            raise FileError(f"{args.file}: line {line}: not UTF-8 (byte {exc.start})") from None
-        tickets = read_tickets(io.StringIO(text, newline=""), opts.format, args.file)
+    source = sys.stdin.buffer if args.file == "-" else args.file
+    text = read_text(source, "stdin" if args.file == "-" else "")
+    tickets = read_tickets(io.StringIO(text, newline=""), opts.format, "" if args.file == "-" else args.file)
     if not opts.wait:
         print(f"pushed {len(client.push(tickets))} tickets", file=sys.stderr)
         return 0

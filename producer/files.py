@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FORMATS = ("auto", "jsonl", "csv")
 Row = tuple[int, dict[str, Any]]  # (line number, the row's fields)
@@ -40,13 +40,34 @@ class FileError(ValueError):
 TICKET_COLUMNS = ("id", "text")  # what a CSV of tickets to push must name
 
 
+MAX_FILE_BYTES = 256 * 2**20  # a file is read whole (a push is all or nothing): `/dev/zero` was read until
+# the machine ran out of memory. 256 MiB is a million tickets of 250 bytes; a larger file is split.
+
+
 def read_file(path: str | Path, fmt: str = "auto", *, columns: tuple[str, ...] = TICKET_COLUMNS) -> list[Row]:
-    p = Path(path)
+    return parse(read_text(path), fmt, str(path), columns=columns)
+
+
+def read_text(path: str | Path | BinaryIO, name: str = "") -> str:
+    """A whole file (or an open binary stream: stdin) as text, read up to :data:`MAX_FILE_BYTES`;
+    :class:`FileError` for one larger, unreadable or not UTF-8 (naming the line)."""
+    name = name or str(getattr(path, "name", path))
     try:
-        text = p.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FileError(f"{p}: cannot read: {exc}") from None
-    return parse(text, fmt, str(p), columns=columns)
+        if isinstance(path, str | Path):
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_FILE_BYTES + 1)
+        else:
+            raw = path.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise FileError(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        mib = MAX_FILE_BYTES // 2**20
+        raise FileError(f"{name}: larger than {mib} MiB: split it (split -l 100000 FILE part-) and push each")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise FileError(f"{name}: line {line}: not UTF-8 (byte {exc.start})") from None
 
 
 def parse(

@@ -151,7 +151,11 @@ def run_producer_cli(redis_url: str, keys: Keys, *args: str, stdin: str = "") ->
 
     out, err = io.StringIO(), io.StringIO()
     saved = sys.stdin, sys.stdout, sys.stderr
-    sys.stdin, sys.stdout, sys.stderr = io.StringIO(stdin), out, err
+    sys.stdin, sys.stdout, sys.stderr = (
+        io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8", "surrogateescape"))),
+        out,
+        err,
+    )
     try:
         code = cli.main(["--redis-url", redis_url, "--prefix", keys.prefix, *args])
     finally:

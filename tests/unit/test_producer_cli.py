@@ -11,6 +11,7 @@ import fakeredis
 import pytest
 from support import run_producer_cli as run_cli
 
+from producer import files
 from producer.client import Client
 from producer.exitcodes import Exit
 from producer.protocol import BadTicket, DeadLetter, Keys, Ticket
@@ -71,3 +72,19 @@ def test_push_refuses_a_file_it_cannot_read_or_whose_ids_repeat(tmp_path: Path) 
     twice.write_text("id,text\nA1,hello\nA2,hi\nA1,again\n")
     code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", str(twice))
     assert code == Exit.CONFIG and "twice.csv: line 4: id 'A1' repeats line 2" in err
+
+
+def test_push_reads_no_more_than_its_bound_of_an_endless_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``push /dev/zero`` read until the machine ran out of memory (the file is read whole: a push is all or
+    nothing). Now at most MAX_FILE_BYTES of a file or of stdin, then one line and exit 2; the bad-byte line
+    number holds for stdin too."""
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 2**20)
+    keys = Keys("p")
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "/dev/zero")
+    assert code == Exit.CONFIG and "/dev/zero: larger than 1 MiB: split it" in err
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "-", stdin="id,text\n" + "a" * 2**20)
+    assert code == Exit.CONFIG and "stdin: larger than 1 MiB" in err
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "-", stdin="id,text\nA1,\udcff\n")
+    assert code == Exit.CONFIG and "stdin: line 2: not UTF-8" in err
