@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from producer.client import Client
 from producer.dashboard.security import Auth
-from producer.protocol import Keys
+from producer.protocol import Keys, Result
 
 pytestmark = pytest.mark.redis
 
@@ -58,6 +58,20 @@ def test_results_escape_ticket_text_and_filter(make_app, seeded: Seeded) -> None
         dead = client.get("/dead").text
         assert XSS not in dead and "&lt;script&gt;alert(1)&lt;/script&gt;" in dead
         assert "missing field: text" in dead
+
+
+def test_the_search_finds_an_id_as_typed_then_without_a_paste_s_spaces(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    """The search stripped the query: an id that begins with a space (the protocol allows it) was never
+    found by it. Now the id as typed, else stripped (a pasted id's trailing newline)."""
+    spaced = Result(id=" T-2", label="billing", scores={"billing": 1.0}, model="fake", digest="d")
+    r.hset(keys.results, " T-2", spaced.to_json())
+    with TestClient(make_app()) as client:
+        exact = client.get("/results", params={"q": " T-2"}).text
+        assert "<code> T-2</code>" in exact and "<code>T-2</code>" not in exact
+        pasted = client.get("/results", params={"q": "T-2\n"}).text
+        assert "<code>T-2</code>" in pasted and "<code> T-2</code>" not in pasted
 
 
 def test_pages_carry_a_content_security_policy(make_app, seeded: Seeded) -> None:
