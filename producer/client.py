@@ -120,16 +120,21 @@ def read_beats(client: redis.Redis, keys: Keys, ids: Sequence[str]) -> list[Beat
     """The heartbeats of ``ids``, in one pipeline: ``PTTL`` (a key that never expires, made by hand or left
     by ``PERSIST``, would count as alive forever and its worker's claim never be recovered: it is not a
     heartbeat, as :mod:`worker.recover` judges it too) and at most :data:`MAX_HEARTBEAT_BYTES` of each
-    (one of 100 MB made by hand: a part). A key of another type is named, not an error for the others."""
+    (one of 100 MB made by hand: a part). A key of another type is named, not an error for the others. A
+    user whose ACL line predates ``+pttl`` judges by ``EXISTS`` alone, as before."""
     with client.pipeline(transaction=False) as pipe:
         for wid in ids:
+            pipe.exists(keys.heartbeat(wid))
             pipe.pttl(keys.heartbeat(wid))
             pipe.getrange(keys.heartbeat(wid), 0, MAX_HEARTBEAT_BYTES - 1)
         replies = pipe.execute(raise_on_error=False) if ids else []
     out = []
-    for wid, ttl, beat in zip(ids, replies[::2], replies[1::2], strict=True):
-        if isinstance(ttl, Exception):
-            raise ttl  # PTTL refuses no type: a refused command (ACL) or a cluster's error
+    for n, wid in enumerate(ids):
+        exists, ttl, beat = replies[3 * n : 3 * n + 3]
+        if isinstance(ttl, redis.exceptions.NoPermissionError) and not isinstance(exists, Exception):
+            ttl = 0 if exists else -2  # an ACL line from before +pttl: judged by EXISTS, as before
+        if isinstance(exists, Exception) or isinstance(ttl, Exception):
+            raise exists if isinstance(exists, Exception) else ttl  # no type is refused: ACL, cluster
         problem = ""
         if isinstance(beat, Exception):
             problem, beat = f"{keys.heartbeat(wid)} is not a string: not a heartbeat a worker wrote", None

@@ -25,8 +25,13 @@ local function attempts_of(value)
 end
 -- Alive: a heartbeat that expires, as every worker writes it (a key made by hand without a TTL, or of
 -- another type, would keep its worker's claim from being recovered forever: not a heartbeat).
+-- A worker whose ACL line predates +pttl +type judges by EXISTS, as before.
 local function beating(key)
-  return redis.call('PTTL', key) >= 0 and redis.call('TYPE', key)['ok'] == 'string'
+  local ttl = redis.pcall('PTTL', key)
+  if type(ttl) == 'table' then return redis.call('EXISTS', key) == 1 end
+  if ttl < 0 then return false end
+  local kind = redis.pcall('TYPE', key)
+  return kind['ok'] == nil or kind['ok'] == 'string'
 end
 if ARGV[3] ~= '1' and beating(KEYS[2]) then
   redis.call('DEL', KEYS[7])  -- it was only slow: a later death is a new one

@@ -844,6 +844,24 @@ def test_a_heartbeat_made_by_hand_keeps_no_claim_from_recovery(r: redis.Redis, k
     assert rec is not None and rec.requeued == 1
 
 
+def test_a_worker_whose_acl_line_predates_pttl_and_type_judges_heartbeats_as_before(
+    r: redis.Redis, redis_url: str, keys: Keys
+) -> None:
+    """The worker's ACL line gained ``+pttl +type``: one written before still recovers dead workers and
+    leaves live ones alone (by EXISTS, in Python and in recover.lua); stats reads with it too."""
+    for wid, n in (("dead", 1), ("live", 2)):
+        RedisQueue(r, keys, wid).beat({}, ttl_s=60)
+        r.lpush(keys.inflight(wid), payload(n))
+    r.delete(keys.heartbeat("dead"))
+    with narrow_redis(r, redis_url, keys.prefix, "-pttl", "-type") as narrow:
+        peer = RedisQueue(narrow, keys, "w1")
+        assert [(rec.worker, rec.requeued) for rec in peer.recover()] == [("dead", 1)]
+        assert peer.recover_worker("live") is None and not peer.recovery_errors
+        alive = {w.id: w.alive for w in Client(narrow, keys.prefix).stats().workers}
+    assert r.lrange(keys.tickets, 0, -1) == [payload(1)] and r.llen(keys.inflight("live")) == 1
+    assert alive == {"live": True}
+
+
 @pytest.mark.parametrize("key", ["dead", "done", "review"])
 def test_an_ack_that_cannot_place_its_payloads_puts_them_back_and_names_the_key(
     q: RedisQueue, r: redis.Redis, keys: Keys, key: str
