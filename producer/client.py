@@ -742,10 +742,11 @@ class Client:
     def head_versions(self, question: str | None = None) -> list[HeadVersion]:
         """The publish history, newest first (at most ``HEADS_KEPT``)."""
         out = []
-        for raw in self.redis.lrange(self.keys.asking(question).heads, 0, -1):
+        # publish keeps HEADS_KEPT; a list grown by hand is read no further
+        for raw in self.redis.lrange(self.keys.asking(question).heads, 0, HEADS_KEPT - 1):
             try:
                 out.append(HeadVersion.from_json(raw))
-            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError):
                 continue  # an entry no publish wrote
         return out
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -123,8 +122,9 @@ class HeadVersion:
         obj = json.loads(raw)
         if not isinstance(obj, dict):
             raise ValueError("a head version is a JSON object")
-        at, size, sha = float(obj.get("at", 0.0)), obj.get("bytes", 0), str(obj.get("sha256", ""))
-        at = at if 0 <= at < 1e11 else 0.0  # 1e400 or -1 by hand: gmtime would raise
+        at, size, sha = finite_number(obj.get("at")), obj.get("bytes", 0), str(obj.get("sha256", ""))
+        # 1e400, 400 digits or -1 by hand: float() or gmtime would raise
+        at = at if at is not None and 0 <= at < 1e11 else 0.0
         size = size if _number(size) and 0 <= size < 2**63 else 0  # 1e999 by hand: int() would raise
         gate = obj.get("gate")
         numbers = ("candidate", "current")  # both or neither: a reader of one reads the other
@@ -143,7 +143,7 @@ class HeadVersion:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value) is not None  # math.isfinite of a 400-digit integer raises
 
 
 def opt_str(value: Any) -> str | None:

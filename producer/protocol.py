@@ -335,7 +335,7 @@ def _is_answer(a: Any) -> bool:  # lenient, as Result.from_json is: a malformed 
     if not (isinstance(a, dict) and isinstance(a.get("label"), str) and isinstance(a.get("scores"), dict)):
         return False
     numbers = [*a["scores"].values(), *([a["confidence"]] if a.get("confidence") is not None else [])]
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers)
+    return all(finite_number(v) is not None for v in numbers)
 
 
 def _type_name(value: Any) -> str:
@@ -423,8 +423,12 @@ class Result:
             ):
                 continue
             raise ValueError(f"not a result: {key} is {_type_name(value)}")
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in obj["scores"].values()):
-            raise ValueError("not a result: a score is not a number")
+        if not all(finite_number(v) is not None for v in obj["scores"].values()):
+            # NaN, or an integer of 400 digits (JSON too): float() of it raises in every reader
+            raise ValueError("not a result: a score is not a finite number")
+        for key in ("at", "queued_s", "took_s", "confidence"):
+            if obj.get(key) is not None and finite_number(obj[key]) is None:
+                raise ValueError(f"not a result: {key} is not a finite number")
         defaults = {"model": "", "digest": "", "fields": {}, "worker": "", "at": 0.0}
         optional = ("queued_s", "took_s", "method", "head", "confidence")  # None when absent
         given = {k: obj.get(k, v) for k, v in defaults.items()} | {k: obj.get(k) for k in optional}

@@ -75,6 +75,36 @@ def test_a_wait_it_cannot_keep_and_an_empty_id_are_refused_before_anything_moves
     assert code == 2 and "id: must be a ticket id" in err and r.llen(keys.dead) == 1
 
 
+def test_a_head_entry_or_result_with_a_400_digit_number_is_skipped_not_a_traceback(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """float() of a 400-digit integer (JSON too) raises OverflowError: one such P:heads entry made ``heads``
+    exit 1 with a traceback, one such score made ``get`` and ``review`` fail; the history is read to
+    HEADS_KEPT entries only."""
+    from producer.learning import HEADS_KEPT
+
+    big = "1" * 400
+    good = {"version": "2", "at": 1.0, "bytes": 3, "sha256": "ab"}
+    r.rpush(keys.heads, json.dumps(good), json.dumps({**good, "version": "1", "at": "@"}).replace('"@"', big))
+    r.rpush(keys.heads, json.dumps({**good, "gate": {"candidate": "@", "current": 0.5}}).replace('"@"', big))
+    entries = Client(r, keys.prefix).head_versions()
+    assert [(e.version, e.at, e.gate) for e in entries] == [
+        ("2", 1.0, None),
+        ("1", 0.0, None),
+        ("2", 1.0, None),
+    ]
+    code, out, _ = run_cli(redis_url, keys, "heads")
+    assert code == 0 and len(out.splitlines()) == 4
+    r.rpush(keys.heads, *[json.dumps(good)] * HEADS_KEPT)
+    assert len(Client(r, keys.prefix).head_versions()) == HEADS_KEPT
+    r.hset(keys.results, mapping={"OK": result("OK"), "BAD": result("BAD").replace("1.0", big)})
+    r.zadd(keys.review, {"BAD": 0.1, "OK": 0.2})
+    code, out, err = run_cli(redis_url, keys, "get", "OK", "BAD")
+    assert code == 1 and json.loads(out)["id"] == "OK" and "result for BAD is unreadable: " in err
+    code, out, _ = run_cli(redis_url, keys, "review")
+    assert code == 0 and [json.loads(line)["id"] for line in out.splitlines()] == ["BAD", "OK"]
+
+
 def test_heads_stats_corrections_and_review_read_past_records_no_worker_wrote(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:

@@ -346,6 +346,24 @@ def test_result_answers_round_trip_and_are_absent_for_one_question() -> None:
     assert Result.from_json(json.dumps(odd)).answers == {"ok": {"label": "x", "scores": {"x": 1.0}}}
 
 
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "1" * 400, "-1e999"])
+def test_a_result_whose_numbers_are_not_finite_is_refused_as_a_whole_or_its_answer_left_out(bad: str) -> None:
+    """A score, time or confidence of NaN or of 400 digits (JSON both) was read as a number: float() of it
+    raised OverflowError in ``review``, the dashboard's pages (500 for everyone) and ``get``."""
+    from producer.protocol import Result
+
+    good = json.loads(
+        Result(id="T-1", label="a", scores={"a": 0.9, "b": 0.1}, model="m", digest="d").to_json()
+    )
+    for key in ("scores", "at", "queued_s", "took_s", "confidence"):
+        wire = json.dumps({**good, key: {"a": "@", "b": 0.1} if key == "scores" else "@"}).replace('"@"', bad)
+        with pytest.raises(ValueError, match=f"not a result: .*{'score' if key == 'scores' else key}"):
+            Result.from_json(wire)
+    answers = {"q": {"label": "x", "scores": {"x": "@"}}, "ok": {"label": "x", "scores": {"x": 1.0}}}
+    wire = json.dumps({**good, "answers": answers}).replace('"@"', bad)
+    assert Result.from_json(wire).answers == {"ok": {"label": "x", "scores": {"x": 1.0}}}
+
+
 def test_stage_writes_every_answer_on_the_result() -> None:
     from collections.abc import Callable, Sequence
     from typing import Any, ClassVar
