@@ -208,6 +208,13 @@ def digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def count(text: str, most_digits: int = 18) -> int | None:
+    """``text`` as a non-negative integer when it is ASCII digits, at most ``most_digits`` of them; else
+    None. ``int`` of 5,000 digits raises ValueError (Python's limit is 4,300): from a URL or a key written
+    by hand, that was a 500 page."""
+    return int(text) if digits(text) and len(text) <= most_digits else None
+
+
 def check_chars(value: str, name: str, allowed: frozenset[str]) -> None:
     for ch in value:
         code = ord(ch)

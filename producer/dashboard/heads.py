@@ -10,7 +10,7 @@ from typing import Any
 from producer.client import Client, as_text
 from producer.learning import head_metadata
 from producer.protocol import Result
-from producer.strictjson import digits
+from producer.strictjson import count, digits
 
 
 @dataclass(frozen=True)
@@ -88,17 +88,26 @@ def head_info(client: Client) -> HeadInfo:
         pipe.hlen(keys.labels)
         (version_raw, at_raw), seq_raw, n_corrections = pipe.execute()
     version = as_text(version_raw) if version_raw is not None else None
-    last = int(seq_raw) if seq_raw is not None and digits(as_text(seq_raw)) else 0
+    last = (count(as_text(seq_raw)) if seq_raw is not None else None) or 0  # by hand: 5,000 digits
     training: dict[str, Any] = {}
     if version is not None:
         cache_key = (keys.prefix, version)
         if cache_key not in _HEAD_META:
             _HEAD_META[cache_key] = _training_metadata(client.redis.hget(keys.head, "data"))
         training = _HEAD_META[cache_key]
-    at = float(at_raw) if at_raw is not None and digits(as_text(at_raw).replace(".", "", 1)) else None
+    at = _time(as_text(at_raw)) if at_raw is not None else None
     return HeadInfo(
         version=version, next_version=str(last + 1), at=at, training=training, corrections=int(n_corrections)
     )
+
+
+def _time(text: str) -> float | None:
+    """A publish time as ``publish_head.lua`` writes it (seconds, maybe with a fraction); None for text no
+    publish wrote (5,000 digits by hand read as infinity)."""
+    whole, _, part = text.partition(".")
+    if count(whole, 11) is None or (part and count(part, 9) is None):
+        return None
+    return float(text)
 
 
 def _training_metadata(data: bytes | str | None) -> dict[str, Any]:

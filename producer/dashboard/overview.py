@@ -145,6 +145,9 @@ def _is_number(value: Any) -> TypeGuard[float]:
     return finite_number(value) is not None
 
 
+CLOCK_AHEAD_S = 60.0  # how far ahead of this process's clock a worker's finish time is still believed
+
+
 class History:
     """The chart: tickets/s per :data:`BUCKET_S` from ``P:done`` (exact), the labels of results as they
     finish, and the queue depth as this process sampled it, over the last :data:`WINDOW_S`. The rate and
@@ -188,7 +191,9 @@ class History:
         with client.redis.pipeline(transaction=False) as pipe:
             for b in buckets:
                 pipe.zcount(keys.done, b, f"({b + self.bucket_s}")
-            pipe.zrangebyscore(keys.done, lo, "+inf", start=skip, num=LABEL_FETCH, withscores=True)
+            # to now (and a minute of a worker's clock ahead of this one's): a finish time of +inf or the
+            # year 9999, written by hand, moved the resume point past every later result for good
+            pipe.zrangebyscore(keys.done, lo, now + CLOCK_AHEAD_S, start=skip, num=LABEL_FETCH, withscores=True)
             *counts, fresh = pipe.execute()
         new = [(as_text(i), float(at)) for i, at in fresh]
         labels = _labels_of(client, [i for i, _ in new])

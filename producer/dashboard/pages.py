@@ -19,7 +19,7 @@ from producer.dashboard import data, heads, overview
 from producer.dashboard.security import Refused
 from producer.dashboard.web import question_of, render, state
 from producer.protocol import MAX_ID_CHARS
-from producer.strictjson import digits
+from producer.strictjson import count
 
 MAX_PAGE = 1_000_000  # dead-letter pages: 50 million letters is past any real list
 
@@ -179,13 +179,12 @@ async def review_page(request: Request) -> Response:
 async def dead_page(request: Request) -> Response:
     st = state(request)
     page_text = request.query_params.get("page", "0")
-    if not digits(page_text) or int(page_text) > MAX_PAGE:
+    page = count(page_text)
+    if page is None or page > MAX_PAGE:
         raise Refused(400, "page is a number")
-    page = int(page_text)
     replayed = request.query_params.get("replayed", "")
     message = ""
-    if digits(replayed) and len(replayed) < 10:  # a count, never free text from the URL
-        n = int(replayed)
+    if (n := count(replayed, 9)) is not None:  # a count, never free text from the URL
         whose = " of that ticket" if request.query_params.get("one") else ""
         message = f"{n} dead letter{'' if n == 1 else 's'}{whose} requeued"
     rows = await run_in_threadpool(data.dead_page, st.client, page * data.DEAD_ROWS)

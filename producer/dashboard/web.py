@@ -23,7 +23,7 @@ from producer.client import Client, mask_url
 from producer.dashboard import overview
 from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 from producer.protocol import Keys
-from producer.strictjson import digits
+from producer.strictjson import count
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
@@ -108,7 +108,8 @@ async def read_form(request: Request) -> dict[str, str]:
     if kind != "application/x-www-form-urlencoded":
         raise Refused(415, "send the form as application/x-www-form-urlencoded")
     length = request.headers.get("content-length", "0")
-    if not digits(length) or int(length) > MAX_FORM_BYTES:
+    size = count(length)
+    if size is None or size > MAX_FORM_BYTES:
         raise Refused(413, f"form too large: at most {MAX_FORM_BYTES} bytes")
     body = bytearray()
     async for chunk in request.stream():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import cast
+from typing import Any, cast
 
 import pytest
 import redis
@@ -143,6 +143,36 @@ def test_labels_are_counted_exactly_once_across_fetch_boundaries(
         overview.sample(client, history, now)
     assert history.label_totals() == {"billing": 4, "account": 3, "technical": 3}
     assert history.caught_up
+
+
+@pytest.mark.parametrize("score", ["+inf", 1e300])
+def test_a_finish_time_written_by_hand_far_ahead_does_not_stop_the_label_chart(
+    r: redis.Redis, keys: Keys, prefix: str, score: Any
+) -> None:
+    """A P:done member at +inf raised OverflowError in every sample; one at 1e300 moved the point samples
+    resume from past every later result: the label chart froze, silently, until a restart."""
+    now = time.time()
+    _put(r, keys, "E-0", now - 5, label="billing")
+    r.zadd(keys.done, {"HAND": score})
+    history, client = overview.History(), Client(r, prefix)
+    overview.sample(client, history, now)
+    for n in range(1, 4):
+        _put(r, keys, f"E-{n}", now + n, label="technical")
+    overview.sample(client, history, now + 5)
+    assert history.label_totals() == {"technical": 3, "billing": 1}
+
+
+def test_numbers_of_5000_digits_from_a_url_or_a_key_are_refused_or_ignored(
+    make_app, seeded: Seeded, r: redis.Redis, keys: Keys
+) -> None:
+    """int() of more than 4,300 digits raises ValueError: /dead?page=<5,000 digits> and every results and
+    ticket page under a P:head:seq of 5,000 digits answered 500."""
+    with TestClient(make_app()) as client:
+        assert client.get("/dead", params={"page": "1" * 5000}).status_code == 400
+        r.set(keys.head_seq, "1" * 5000)
+        r.hset(keys.head, mapping={"version": "3", "at": "9" * 5000})
+        assert client.get("/results").status_code == 200
+        assert client.get("/tickets/T-1").status_code == 200
 
 
 def test_pages_say_which_head_decided(make_app, r: redis.Redis, keys: Keys, prefix: str) -> None:
