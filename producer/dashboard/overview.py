@@ -193,7 +193,9 @@ class History:
                 pipe.zcount(keys.done, b, f"({b + self.bucket_s}")
             # to now (and a minute of a worker's clock ahead of this one's): a finish time of +inf or the
             # year 9999, written by hand, moved the resume point past every later result for good
-            pipe.zrangebyscore(keys.done, lo, now + CLOCK_AHEAD_S, start=skip, num=LABEL_FETCH, withscores=True)
+            pipe.zrangebyscore(
+                keys.done, lo, now + CLOCK_AHEAD_S, start=skip, num=LABEL_FETCH, withscores=True
+            )
             *counts, fresh = pipe.execute()
         new = [(as_text(i), float(at)) for i, at in fresh]
         labels = _labels_of(client, [i for i, _ in new])
