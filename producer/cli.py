@@ -32,10 +32,14 @@ from producer.files import FORMATS, FileError, parse, read_text
 from producer.learning import MAX_HEAD_BYTES
 from producer.options import QuestionOptions, RedisOptions
 from producer.protocol import BadTicket
+from producer.strictjson import encodable
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if bad := _not_utf8(args):  # bytes a shell variable or a file name passed: named before any command
+        print(f"ticketq-producer: argument {bad} is not UTF-8 text", file=sys.stderr)
+        return Exit.CONFIG
     # a lone surrogate in a record written by hand is printed as \udxxx, never a crash
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
@@ -62,6 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except redis.ResponseError as exc:
         print(f"ticketq-producer: Redis refused a command: {exc}", file=sys.stderr)
         return for_redis_error(exc)
+
+
+def _not_utf8(args: argparse.Namespace) -> str:
+    """The first argument that is not UTF-8 (Python holds its bytes as lone surrogates), as
+    ``--name 'T-\\udcff'``; "" when all are. Otherwise each command failed at its first use of it, with
+    "'utf-8' codec can't encode character '\\udcff'", naming neither the argument nor its value."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and not encodable(item):
+                return f"{name.replace('_', '-')} {ascii(item)[:120]}"
+    return ""
 
 
 def _by_default() -> str | None:

@@ -88,3 +88,16 @@ def test_push_reads_no_more_than_its_bound_of_an_endless_input(
     assert code == Exit.CONFIG and "stdin: larger than 1 MiB" in err
     code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "-", stdin="id,text\nA1,\udcff\n")
     assert code == Exit.CONFIG and "stdin: line 2: not UTF-8" in err
+
+
+def test_an_argument_that_is_not_utf8_is_named_before_any_command_runs() -> None:
+    """Bytes that are not UTF-8 (a shell variable, a file name) reach Python as lone surrogates: each
+    command failed at its first use with "'utf-8' codec can't encode character", naming nothing."""
+    keys = Keys("p")
+    for args, named in (
+        (("get", "T-\udcff"), "argument ids 'T-\\udcff'"),
+        (("review", "--question", "q\udcff"), "argument question 'q\\udcff'"),
+        (("label", "T-1", "billing", "--by", "\udcff"), "argument by '\\udcff'"),
+    ):
+        code, _, err = run_cli("redis://127.0.0.1:1/0", keys, *args)
+        assert code == Exit.CONFIG and err == f"ticketq-producer: {named} is not UTF-8 text\n"
