@@ -573,8 +573,7 @@ class Client:
             if self.redis.scard(key) <= MAX_OFFERED_LABELS:
                 found: Iterable[Any] = self.redis.smembers(key)
             else:  # grown by hand (200,000 labels: 30 ms of SMEMBERS on every page): a part of it
-                found = itertools.islice(self.redis.sscan_iter(key, count=1000), MAX_OFFERED_LABELS)
-                found = list(found)
+                found = list(itertools.islice(self.redis.sscan_iter(key, count=1000), MAX_OFFERED_LABELS))
         except redis.ResponseError:  # a key of another type under the prefix: no published set
             found = set()
         return sorted({*(as_text(name) for name in found), *also})
