@@ -25,7 +25,7 @@ from typing import Any, TextIO
 import redis
 
 from producer import config, review
-from producer.client import Client, LabelError, encode
+from producer.client import Client, LabelError, encode, mask_url
 from producer.config import Check, at_least, between, option
 from producer.exitcodes import Exit, epilog, for_redis_error
 from producer.files import FORMATS, FileError, parse, read_text
@@ -69,13 +69,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _not_utf8(args: argparse.Namespace) -> str:
-    """The first argument that is not UTF-8 (Python holds its bytes as lone surrogates), as
+    """The first argument sent to Redis that is not UTF-8 (Python holds its bytes as lone surrogates), as
     ``--name 'T-\\udcff'``; "" when all are. Otherwise each command failed at its first use of it, with
     "'utf-8' codec can't encode character '\\udcff'", naming neither the argument nor its value."""
     for name, value in vars(args).items():
+        if name == "file":  # a path: open() takes a name of any bytes, and it is never sent to Redis
+            continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and not encodable(item):
-                return f"{name.replace('_', '-')} {ascii(item)[:120]}"
+                shown = mask_url(item) if name == "redis_url" else item
+                return f"{name.replace('_', '-')} {ascii(shown)[:120]}"
     return ""
 
 

@@ -33,11 +33,12 @@ if not text then
   return redis.error_reply('TICKETQ unknown ticket ' .. id .. ' (no result and no text)')
 end
 local record = {label = label, text = text}
--- An error lists a set up to 200 members (a taxonomy of 77 intents: all of them); a set grown past that
--- (by hand: 200,000 labels held Redis 364 ms here, sorted and joined in Lua) is named, not listed.
+-- An error lists a set up to 200 members (LISTED in producer/client.py, which lists P:questions the
+-- same way; a taxonomy of 77 intents: all of them); a set grown past that (by hand: 200,000 labels held
+-- Redis 364 ms here, sorted and joined in Lua) is named, not listed.
 local function listed(key)
-  local n = redis.call('SCARD', key)
-  if n > 200 then return n .. ' of them, too many to list here: SMEMBERS ' .. key end
+  local n = redis.pcall('SCARD', key)  -- a user refused SCARD (a line from before it): whole, as before
+  if type(n) == 'number' and n > 200 then return n .. ' of them, too many to list here: SMEMBERS ' .. key end
   local known = redis.call('SMEMBERS', key)
   table.sort(known)
   return table.concat(known, ', ')

@@ -31,7 +31,7 @@ import redis
 from redis.client import Pipeline
 
 from producer import scripts
-from producer.client import result_sizes, size_runs
+from producer.client import read_beats, result_sizes, size_runs
 from producer.protocol import (
     DIGEST_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -489,21 +489,9 @@ class RedisQueue:
         return out
 
     def _beating(self, wid: str) -> bool:
-        """Whether ``wid``'s heartbeat is alive: a string that expires, as workers write it (recover.lua
-        judges the same; one made by hand without a TTL, or of another type, is no heartbeat). A worker
-        whose ACL line predates ``+pttl +type`` judges by ``EXISTS`` alone, as before."""
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.exists(self.keys.heartbeat(wid))
-            pipe.pttl(self.keys.heartbeat(wid))
-            pipe.type(self.keys.heartbeat(wid))
-            exists, ttl, kind = pipe.execute(raise_on_error=False)
-        if isinstance(exists, Exception):
-            raise exists
-        if isinstance(ttl, redis.exceptions.NoPermissionError):  # an ACL line from before +pttl +type
-            return bool(exists)
-        if isinstance(ttl, Exception):
-            raise ttl
-        return int(ttl) >= 0 and (isinstance(kind, Exception) or kind in (b"string", "string"))
+        """Whether ``wid``'s heartbeat is alive, judged as every reader judges it
+        (:func:`producer.client.read_beats`; recover.lua judges the same inside the script)."""
+        return read_beats(self.redis, self.keys, [wid])[0].alive
 
     def _recover_one(self, wid: str) -> Recovery | None:
         """:meth:`recover_worker`, but a dead worker's in-flight key of another type than a list (by hand)

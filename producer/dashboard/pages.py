@@ -76,10 +76,13 @@ def _filters(request: Request) -> tuple[data.Filters, dict[str, str]]:
 def _load_results(request: Request) -> dict[str, Any]:
     st = state(request)
     filters, query = _filters(request)
-    q = _ticket_id(request.query_params.get("q") or "")
+    typed = request.query_params.get("q") or ""
+    q = _ticket_id(typed.strip()) and typed  # no id is only spaces: an empty search lists
     if q:
         # the id as typed (ids may begin or end with spaces), else without the spaces a paste brings
-        one = data.row(st.client, q) or (data.row(st.client, q.strip()) if q.strip() not in ("", q) else None)
+        one = (data.row(st.client, q) if len(q) <= MAX_ID_CHARS else None) or (
+            data.row(st.client, q.strip()) if q.strip() != q else None
+        )
         page = data.Page(rows=[one] if one else [], next=None, scanned=1, read_bytes=0)
     else:
         try:

@@ -23,7 +23,7 @@ from producer.client import Client, mask_url
 from producer.dashboard import overview
 from producer.dashboard.security import CSRF_FIELD, Auth, Refused
 from producer.protocol import Keys
-from producer.strictjson import count
+from producer.strictjson import count, finite_number
 
 HERE = Path(__file__).parent
 LOW_CONFIDENCE = 0.6
@@ -146,9 +146,8 @@ def client_of(request: Request) -> str:
 
 def pct(v: Any) -> str:
     """A share as a whole percent; "–" for what is not a number (a head's metadata is anyone's JSON)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return "–"
-    return f"{100 * v:.0f}%"
+    share = finite_number(v)  # math.isfinite of a 400-digit integer raises: a 500 page
+    return "–" if share is None else f"{100 * share:.0f}%"
 
 
 def when(t: float | None) -> str:

@@ -72,6 +72,10 @@ def test_the_search_finds_an_id_as_typed_then_without_a_paste_s_spaces(
         assert "<code> T-2</code>" in exact and "<code>T-2</code>" not in exact
         pasted = client.get("/results", params={"q": "T-2\n"}).text
         assert "<code>T-2</code>" in pasted and "<code> T-2</code>" not in pasted
+        spaces = client.get("/results", params={"q": "   "}).text  # no id: the list, not an empty page
+        assert "<code>T-1</code>" in spaces and "<code>T-2</code>" in spaces
+        long_id = client.get("/results", params={"q": "T-2" + " " * 300})  # a paste's spaces past the limit
+        assert long_id.status_code == 200 and "<code>T-2</code>" in long_id.text
 
 
 def test_pages_carry_a_content_security_policy(make_app, seeded: Seeded) -> None:

@@ -276,3 +276,12 @@ def test_a_ticket_link_is_one_path_segment_and_only_ascii_digits_are_numbers(
 
 def test_a_share_that_is_not_a_number_shows_as_a_dash() -> None:
     assert (pct(0.934), pct("0.9"), pct(None), pct(True), pct(float("nan"))) == ("93%", "–", "–", "–", "–")
+    assert pct(10**400) == "–"  # a head's cv_accuracy of 400 digits: math.isfinite raised, a 500 page
+
+
+def test_a_publish_time_is_read_as_publish_head_lua_writes_it() -> None:
+    from producer.dashboard.heads import _time
+
+    assert (_time("1765000000.123"), _time("1765000000"), _time("12")) == (1765000000.123, 1765000000.0, 12.0)
+    for bad in ("9" * 5000, "1e5", "inf", "nan", "-1", "1.2.3", "", ".5"):
+        assert _time(bad) is None, bad

@@ -724,7 +724,7 @@ def test_hand_written_head_records_stop_no_worker_and_no_command(
     code, out, _ = run_producer_cli(redis_url, keys, "heads")  # the table: no traceback
     assert code == 0 and out.splitlines()[1].split()[0] == "2"
     r.sadd(keys.questions, "intent")
-    with pytest.raises(ValueError, match=r"asks no question 'intnet'; its questions: \['intent'\]"):
+    with pytest.raises(ValueError, match=r"asks no question 'intnet'; its questions: intent$"):
         client.publish_head(b"i1", question="intnet")
     assert not r.exists(keys.asking("intnet").head)
     assert client.publish_head(b"i1", question="intent") == "1"

@@ -195,6 +195,24 @@ def test_stats_and_the_health_probe_name_worker_keys_made_by_hand(
         assert done.returncode == healthy, done.stdout
 
 
+def test_a_refused_read_of_a_heartbeat_is_an_error_not_a_dead_worker(
+    redis_url: str, r: redis.Redis, keys: Keys
+) -> None:
+    """Only WRONGTYPE means a heartbeat made by hand: a user refused GETRANGE or LLEN (ACL) saw every live
+    worker as dead, "not a string" (review); it is the error stats raised before. A user refused PTTL
+    (a line written before it) judges by EXISTS."""
+    from support import narrow_redis
+
+    r.sadd(keys.workers, "w1")
+    r.set(keys.heartbeat("w1"), json.dumps({"host": "h1"}), ex=60)
+    for denied in ("-getrange", "-llen"):
+        with narrow_redis(r, redis_url, keys.prefix, denied) as narrow, pytest.raises(redis.ResponseError):
+            Client(narrow, keys.prefix).stats()
+    with narrow_redis(r, redis_url, keys.prefix, "-pttl") as narrow:
+        (w1,) = Client(narrow, keys.prefix).stats().workers
+    assert (w1.alive, w1.problem, w1.info) == (True, "", {"host": "h1"})
+
+
 def test_a_lone_surrogate_in_a_record_is_printed_escaped_not_a_crash(
     redis_url: str, r: redis.Redis, keys: Keys
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_push_reads_no_more_than_its_bound_of_an_endless_input(
     number holds for stdin too."""
     monkeypatch.setattr(files, "MAX_FILE_BYTES", 2**20)
     keys = Keys("p")
+    big = tmp_path / "big.csv"
+    big.write_bytes(b"id,text\n" + b"a" * 2**20)
+    code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", str(big))
+    assert code == Exit.CONFIG and "big.csv: larger than 1 MiB: split it" in err
     code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "/dev/zero")
     assert code == Exit.CONFIG and "/dev/zero: larger than 1 MiB: split it" in err
     code, _, err = run_cli("redis://127.0.0.1:1/0", keys, "push", "-", stdin="id,text\n" + "a" * 2**20)
@@ -101,3 +106,15 @@ def test_an_argument_that_is_not_utf8_is_named_before_any_command_runs() -> None
     ):
         code, _, err = run_cli("redis://127.0.0.1:1/0", keys, *args)
         assert code == Exit.CONFIG and err == f"ticketq-producer: {named} is not UTF-8 text\n"
+    code, _, err = run_cli("redis://u:s3cret\udcff@127.0.0.1:1/0", keys, "stats")
+    assert code == Exit.CONFIG and "argument redis-url" in err and "s3cret" not in err
+
+
+def test_a_file_name_that_is_not_utf8_is_pushed_as_before(tmp_path: Path) -> None:
+    """A path is never sent to Redis, and open() takes a name of any bytes (review: the check above
+    refused a Latin-1 file name that push had read)."""
+    name = os.fsencode(tmp_path) + b"/caf\xe9.jsonl"
+    with open(name, "wb") as fh:
+        fh.write(b'{"id": "a", "text": ""}\n')
+    code, _, err = run_cli("redis://127.0.0.1:1/0", Keys("p"), "push", os.fsdecode(name))
+    assert code == Exit.CONFIG and "line 1: empty field: text" in err  # read and checked, not refused
