@@ -77,6 +77,9 @@ CLAIM_CALL_BYTES = 1024 * 1024
 # payload is guessed to weigh before any is read (the first read asks for this step's worth of them).
 RECOVER_STEP_BYTES = 512 * 1024
 _GUESSED_PAYLOAD_BYTES = 16 * 1024
+#: Ids of ``P:workers`` one recovery pass looks at (each costs a few round trips when its heartbeat is gone):
+#: a fleet's all at once; a set grown by hand over several passes, the worker serving between them.
+RECOVER_IDS = 500
 _RECOVER_READ = 64  # payloads one step reads at most (64 of 64 KiB: 4 MiB, read when small ones came first)
 _TRIM_BATCH = 500  # results deleted per trim call: bounds the script's run time (and Lua's unpack)
 
@@ -133,6 +136,8 @@ class RedisQueue:
         self._requeue = scripts.load(client, "worker", "requeue_own.lua")
         self._trim = scripts.load(client, "worker", "trim.lua")
         self.recovery_errors: dict[str, str] = {}  # worker id -> why its recovery failed (for the log)
+        self._workers_cursor = 0  # where the next recovery pass goes on in P:workers (SSCAN); 0: from the top
+        self.recovery_complete = True  # whether the last pass reached the end of P:workers
         self._claim_unsure = False  # a claim failed part way: Redis may have moved payloads we never saw
         self.stale = 0  # payloads the last claim found already in this worker's list and handed back
         self._holds_nothing = False
@@ -464,9 +469,24 @@ class RedisQueue:
 
     @transient
     def recover(self, *, include_self: bool = False) -> list[Recovery]:
-        """Requeue the in-flight lists of workers whose heartbeat has expired."""
+        """Requeue the in-flight lists of workers whose heartbeat has expired: a pass over about
+        :data:`RECOVER_IDS` ids of ``P:workers`` (read with SSCAN; a fleet's ids all at once), the next pass
+        going on where this one stopped (:attr:`recovery_complete` says whether it reached the end). A set
+        grown by hand to 100,000 ids was read whole and each id looked at, every pass: the worker loop
+        stood still for most of a minute (long enough for its own stall watchdog) and claimed nothing."""
         out = []
-        for raw_id in sorted(self.redis.smembers(self.keys.workers)):
+        members: list[bytes | str] = []
+        cursor = self._workers_cursor
+        try:
+            while len(members) < RECOVER_IDS:
+                cursor, found = self.redis.sscan(self.keys.workers, cursor, count=RECOVER_IDS)
+                members += found
+                if cursor == 0:
+                    break
+        except redis.exceptions.NoPermissionError:  # an ACL line from before +sscan: whole, as before
+            members, cursor = list(self.redis.smembers(self.keys.workers)), 0
+        self._workers_cursor, self.recovery_complete = int(cursor), cursor == 0
+        for raw_id in sorted(members):
             try:
                 wid = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
             except UnicodeDecodeError:  # no worker's id: one set by hand; its keys cannot be named

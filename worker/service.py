@@ -352,7 +352,7 @@ class Service:
 
     def _input_done(self) -> bool:
         """Burst mode's exit test; a last recovery first, so a peer's orphans are not left behind."""
-        if self._recover():
+        if self._recover() or not self.queue.recovery_complete:  # P:workers not yet looked at to its end
             return False
         return self.queue.depth() == 0 and self.queue.held() == 0
 

@@ -844,16 +844,40 @@ def test_a_heartbeat_made_by_hand_keeps_no_claim_from_recovery(r: redis.Redis, k
     assert rec is not None and rec.requeued == 1
 
 
+def test_a_workers_set_grown_by_hand_is_recovered_over_bounded_passes(
+    r: redis.Redis, keys: Keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100,000 ids added to P:workers by hand were read whole and looked at in one pass: the worker's loop
+    stood still for most of a minute, every pass, until its stall watchdog. A pass now looks at about
+    RECOVER_IDS of them (SSCAN), the next going on from there; a dead worker among them is still found."""
+    monkeypatch.setattr(queue_module, "RECOVER_IDS", 50)
+    r.sadd(keys.workers, *[f"ghost-{i}" for i in range(300)])
+    r.sadd(keys.workers, "gone")
+    r.lpush(keys.inflight("gone"), payload(1))
+    peer = RedisQueue(r, keys, "w1")
+    passes, requeued = 0, 0
+    while True:
+        before = r.scard(keys.workers)
+        requeued += sum(rec.requeued for rec in peer.recover())
+        passes += 1
+        assert before - r.scard(keys.workers) <= 60  # about RECOVER_IDS a pass (SSCAN's COUNT is a hint)
+        if peer.recovery_complete:
+            break
+    assert passes >= 5 and requeued == 1 and r.lrange(keys.tickets, 0, -1) == [payload(1)]
+    assert r.scard(keys.workers) == 0
+
+
 def test_a_worker_whose_acl_line_predates_pttl_and_type_judges_heartbeats_as_before(
     r: redis.Redis, redis_url: str, keys: Keys
 ) -> None:
-    """The worker's ACL line gained ``+pttl +type``: one written before still recovers dead workers and
-    leaves live ones alone (by EXISTS, in Python and in recover.lua); stats reads with it too."""
+    """The worker's ACL line gained ``+pttl +type +sscan``: one written before still recovers dead workers
+    and leaves live ones alone (by EXISTS, in Python and in recover.lua; P:workers read whole); stats
+    reads with it too."""
     for wid, n in (("dead", 1), ("live", 2)):
         RedisQueue(r, keys, wid).beat({}, ttl_s=60)
         r.lpush(keys.inflight(wid), payload(n))
     r.delete(keys.heartbeat("dead"))
-    with narrow_redis(r, redis_url, keys.prefix, "-pttl", "-type") as narrow:
+    with narrow_redis(r, redis_url, keys.prefix, "-pttl", "-type", "-sscan") as narrow:
         peer = RedisQueue(narrow, keys, "w1")
         assert [(rec.worker, rec.requeued) for rec in peer.recover()] == [("dead", 1)]
         assert peer.recover_worker("live") is None and not peer.recovery_errors
