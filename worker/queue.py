@@ -631,6 +631,11 @@ class RedisQueue:
         return int(self.redis.llen(self.inflight))
 
     @transient
+    def registered(self) -> int:
+        """Ids in ``P:workers``: workers alive or recently dead (more than a fleet: ids added by hand)."""
+        return int(self.redis.scard(self.keys.workers))
+
+    @transient
     def depth_and_oldest(self) -> tuple[int, float | None]:
         """Tickets waiting, and the ``enqueued_at`` of the next one served (None: empty or unstamped)."""
         with self.redis.pipeline(transaction=False) as pipe:

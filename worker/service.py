@@ -362,6 +362,13 @@ class Service:
         for wid, error in self.queue.recovery_errors.items():
             self._log.error("recovery_failed", worker=wid, error=error, note="other workers still recovered")
         self.queue.recovery_errors.clear()
+        if not self.queue.recovery_complete:  # a set no fleet fills: said at every pass until worked through
+            self._log.warning(
+                "recovery_backlog",
+                registered=self.queue.registered(),
+                note="P:workers holds more ids than a recovery pass looks at (added by hand?): "
+                "looked at a few hundred a pass, the worker serving between passes",
+            )
         for rec in recovered:
             self._log.info(
                 "requeued", worker=rec.worker, count=rec.requeued, dead=rec.dead, why="heartbeat expired"

@@ -76,6 +76,26 @@ def test_every_ticket_ends_in_results_or_dead_and_nothing_stays_in_flight(
     assert "redis_url" in logs[0]["settings"]
 
 
+def test_a_workers_set_grown_by_hand_is_worked_through_and_said_while_serving(
+    redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ids added to P:workers by hand are looked at a bounded number a pass; the worker logs the backlog
+    at each pass that did not reach the set's end, and a burst worker ends only once it has."""
+    from worker import queue as queue_module
+
+    monkeypatch.setattr(queue_module, "RECOVER_IDS", 50)
+    r.sadd(keys.workers, *[f"ghost-{i}" for i in range(300)], "gone")
+    r.lpush(keys.inflight("gone"), json.dumps({"id": "g1", "text": "refund please"}))
+    r.lpush(keys.tickets, *tickets(10))
+    with capture_logs() as logs:
+        assert make_service(redis_url, keys, fake_classifier).run() == 0
+    assert r.hlen(keys.results) == 11 and r.llen(keys.tickets) == 0 and r.scard(keys.workers) == 0
+    backlog = [e for e in logs if e["event"] == "recovery_backlog"]
+    assert backlog and backlog[0]["log_level"] == "warning" and 250 <= backlog[0]["registered"] <= 301
+    requeued = [e for e in logs if e["event"] == "requeued" and e["worker"] == "gone"]
+    assert [e["count"] for e in requeued] == [1]
+
+
 def test_result_scores_reaches_the_results_the_worker_writes(
     redis_url: str, r: redis.Redis, keys: Keys, fake_classifier: Any
 ) -> None:
