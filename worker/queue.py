@@ -631,9 +631,13 @@ class RedisQueue:
         return int(self.redis.llen(self.inflight))
 
     @transient
-    def registered(self) -> int:
-        """Ids in ``P:workers``: workers alive or recently dead (more than a fleet: ids added by hand)."""
-        return int(self.redis.scard(self.keys.workers))
+    def registered(self) -> int | None:
+        """Ids in ``P:workers``: workers alive or recently dead (more than a fleet: ids added by hand); None
+        for a worker whose ACL line predates ``+scard`` (only the backlog's log line wants it)."""
+        try:
+            return int(self.redis.scard(self.keys.workers))
+        except redis.exceptions.NoPermissionError:
+            return None
 
     @transient
     def depth_and_oldest(self) -> tuple[int, float | None]:

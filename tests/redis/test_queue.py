@@ -882,6 +882,8 @@ def test_a_worker_whose_acl_line_predates_pttl_and_type_judges_heartbeats_as_bef
         assert [(rec.worker, rec.requeued) for rec in peer.recover()] == [("dead", 1)]
         assert peer.recover_worker("live") is None and not peer.recovery_errors
         alive = {w.id: w.alive for w in Client(narrow, keys.prefix).stats().workers}
+    with narrow_redis(r, redis_url, keys.prefix, "-scard") as narrow:
+        assert RedisQueue(narrow, keys, "w1").registered() is None  # the backlog's log line only
     assert r.lrange(keys.tickets, 0, -1) == [payload(1)] and r.llen(keys.inflight("live")) == 1
     assert alive == {"live": True}
 
