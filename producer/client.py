@@ -108,6 +108,16 @@ class Waited:
         return not self.pending
 
 
+def members(conn: Any, key: str) -> list[Any]:
+    """Every member of the set ``key``, read with SSCAN a thousand at a time: one SMEMBERS of a set grown
+    by hand (``P:workers`` of 100,000 ids) held Redis 14-16 ms. A user refused SSCAN (an ACL line from
+    before it) reads it with SMEMBERS, as before."""
+    try:
+        return list(conn.sscan_iter(key, count=1000))
+    except redis.exceptions.NoPermissionError:
+        return list(conn.smembers(key))
+
+
 def wrong_type(exc: Exception) -> bool:
     """Whether a reply error left in a pipeline's replies (``raise_on_error=False``) is ``WRONGTYPE``: a
     key of another type, made by hand; any other error (ACL, cluster) is the reader's to raise."""
@@ -521,9 +531,8 @@ class Client:
             pipe.llen(self.keys.tickets)
             pipe.hlen(self.keys.results)
             pipe.llen(self.keys.dead)
-            pipe.smembers(self.keys.workers)
-            waiting, done, dead, members = pipe.execute()
-        ids = sorted(as_text(m) for m in members)
+            waiting, done, dead = pipe.execute()
+        ids = sorted(as_text(m) for m in members(self.redis, self.keys.workers))
         beats = read_beats(self.redis, self.keys, ids)
         with self.redis.pipeline(transaction=False) as pipe:
             for wid in ids:

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 
 from producer import config
-from producer.client import mask_url, read_beats
+from producer.client import mask_url, members, read_beats
 from producer.config import between, option, setting
 from producer.exitcodes import Exit
 from producer.options import RedisOptions
@@ -56,7 +56,7 @@ def run(ns: argparse.Namespace) -> int:
             ids = [args.worker_id]
         else:
             # a member no worker wrote (not UTF-8, by hand) names no heartbeat: skipped, not a traceback
-            ids = sorted(filter(None, map(_utf8, client.smembers(keys.workers))))
+            ids = sorted(filter(None, map(_utf8, members(client, keys.workers))))
         beats = read_beats(client, keys, ids)  # at most MAX_HEARTBEAT_BYTES of each; one without TTL: dead
     except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
         print(f"unhealthy: Redis at {mask_url(args.redis_url)}: {type(exc).__name__}: {exc}")

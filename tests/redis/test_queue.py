@@ -867,6 +867,25 @@ def test_a_workers_set_grown_by_hand_is_recovered_over_bounded_passes(
     assert r.scard(keys.workers) == 0
 
 
+def test_the_workers_set_is_read_by_sscan_with_smembers_for_acl_lines_from_before(
+    r: redis.Redis, redis_url: str, keys: Keys
+) -> None:
+    """stats, the health probe and the start check read P:workers with SMEMBERS: 100,000 ids added by hand
+    held Redis 14-16 ms a read. Now SSCAN (a user refused SMEMBERS still reads it); a user refused SSCAN
+    (a line from before it) reads it whole, as before."""
+    from producer.client import members
+    from worker.startcheck import check_access
+
+    r.sadd(keys.workers, *[f"ghost-{i}" for i in range(1500)])
+    RedisQueue(r, keys, "w1").beat({}, ttl_s=60)
+    for denied in ("-smembers", "-sscan"):
+        with narrow_redis(r, redis_url, keys.prefix, denied) as narrow:
+            assert len(members(narrow, keys.workers)) == 1501
+            stats = Client(narrow, keys.prefix).stats()
+            assert len(stats.workers) == 1501 and stats.alive == 1
+            check_access(RedisQueue(narrow, keys, "w1"))
+
+
 def test_a_worker_whose_acl_line_predates_pttl_and_type_judges_heartbeats_as_before(
     r: redis.Redis, redis_url: str, keys: Keys
 ) -> None:
