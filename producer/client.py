@@ -590,29 +590,34 @@ class Client:
         start (``P:labelset``, ``P:q:NAME:labelset``), with ``also`` (a result's own scores: a label set not
         published yet), sorted. A result may carry only its most probable labels (``--result-scores``), so
         its scores are not the list to offer."""
-        key = self.keys.asking(question).labelset
-        try:
-            try:
-                size = int(self.redis.scard(key))
-            except redis.exceptions.NoPermissionError:  # an ACL line from before +scard: whole, as before
-                size = 0
-            if size <= MAX_OFFERED_LABELS:
-                found: Iterable[Any] = self.redis.smembers(key)
-            else:  # grown by hand (200,000 labels: 30 ms of SMEMBERS on every page): a part of it
-                found = list(itertools.islice(self.redis.sscan_iter(key, count=1000), MAX_OFFERED_LABELS))
+        try:  # a set grown by hand (200,000 labels: 30 ms of SMEMBERS on every page): a part of it
+            _, found = self._set_within(self.keys.asking(question).labelset, MAX_OFFERED_LABELS)
         except redis.ResponseError as exc:  # a key of another type under the prefix: no published set
             if not wrong_type(exc):
                 raise
-            found = set()
+            found = []
         return sorted({*(as_text(name) for name in found), *also})
+
+    def _set_within(self, key: str, most: int) -> tuple[int, list[Any]]:
+        """A set's size and its members: all of them up to ``most``, else ``most`` of them read by SSCAN,
+        never the whole of a set grown by hand. A user refused SCARD (an ACL line from before it) reads
+        it whole, as before."""
+        try:
+            size = int(self.redis.scard(key))
+        except redis.exceptions.NoPermissionError:
+            found = list(self.redis.smembers(key))
+            return len(found), found
+        if size <= most:
+            return size, list(self.redis.smembers(key))
+        return size, list(itertools.islice(self.redis.sscan_iter(key, count=min(most, 1000)), most))
 
     def _listed(self, key: str) -> str:
         """The members of a set for an error message, sorted and joined, as ``label.lua`` lists them: up to
-        :data:`LISTED` of them; a set grown past that by hand is named with its size, not read."""
-        size = int(self.redis.scard(key))
+        :data:`LISTED` of them; a set grown past that by hand is named with its size."""
+        size, found = self._set_within(key, LISTED)
         if size > LISTED:
             return f"{size} of them, too many to list here: SMEMBERS {key}"
-        return ", ".join(sorted(as_text(m) for m in self.redis.smembers(key)))
+        return ", ".join(sorted(as_text(m) for m in found))
 
     def unlabel(self, ticket_id: str, question: str | None = None) -> Correction:
         """Withdraw a ticket's correction of ``question`` (None: the primary), a wrong one, say: the next
@@ -731,11 +736,10 @@ class Client:
         problem = publish_problem(data)
         if problem:
             raise ValueError(problem)
-        asked = question is not None and self.redis.scard(self.keys.questions)  # none published: no check
-        if asked and not self.redis.sismember(
-            self.keys.questions, str(question)
-        ):  # a typo: no worker loads it
-            listed = self._listed(self.keys.questions)
+        # a typo would publish a head no worker loads (none published yet: nothing to check against)
+        known = self.keys.questions
+        if question is not None and self.redis.scard(known) and not self.redis.sismember(known, question):
+            listed = self._listed(known)
             raise ValueError(f"the workers' task asks no question {question!r}; its questions: {listed}")
         entry: dict[str, Any] = {
             "at": round(time.time(), 3),
