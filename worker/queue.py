@@ -31,7 +31,7 @@ import redis
 from redis.client import Pipeline
 
 from producer import scripts
-from producer.client import read_beats, result_sizes, size_runs
+from producer.client import READ_BYTES, read_beats, result_sizes, size_runs
 from producer.protocol import (
     DIGEST_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -59,7 +59,6 @@ ACK_STEP = 500
 # letters and routed jobs are about that much again. 256 valid 64 KiB tickets in one transaction held
 # Redis 13-19 ms, 116-131 ms with routing (an audit, 2-core Xeon).
 ACK_STEP_BYTES = 512 * 1024
-_READ_BYTES = 1024 * 1024  # most bytes of earlier results one HMGET of the ack's plan reads
 _FEW_REJECTS = 4  # up to this many rejects an ack checks by LPOS, more by one LRANGE (_still_held)
 _REVIEW_CUT = 1000  # review ids past MAX_REVIEW one ack removes at most
 # Bytes one claim may hold: 256 payloads of the largest valid size, so real drains never reach it, while
@@ -331,23 +330,21 @@ class RedisQueue:
         for item in finished:
             tid, digest = item.result.id, item.result.digest
             # serialized (and checked strict) before the MULTI: one bad record cannot fail the rest
-            json_or_error = encoded[id(item)]
-            if isinstance(json_or_error, Unwritable):
-                reason = f"unwritable result: {json_or_error}"
-                letter = DeadLetter(reason, item.raw, worker=self.worker_id, id=tid)
+            text = encoded[id(item)]
+            if isinstance(text, Unwritable):
+                letter = DeadLetter(f"unwritable result: {text}", item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
                 continue
-            encoded_json = json_or_error
             if tid not in digests:
                 digests[tid] = digest
                 report.fresh.append(item)
                 report.written.append(tid)
-                writes[tid] = (item.result, encoded_json)
+                writes[tid] = (item.result, text)
             elif digests[tid] == digest:
                 report.redelivered.append(tid)
                 if tid not in writes:
                     report.written.append(tid)
-                    writes[tid] = (item.result, encoded_json)
+                    writes[tid] = (item.result, text)
             else:
                 letter = DeadLetter("duplicate id", item.raw, worker=self.worker_id, id=tid)
                 rejects.append(Rejected(item.raw, letter))
@@ -358,7 +355,7 @@ class RedisQueue:
         return report, writes, rejects
 
     def _by_size(self, ids: list[str]) -> list[Sequence[str]]:
-        """The ids that have an earlier result, in runs of at most :data:`_READ_BYTES` of them (one at
+        """The ids that have an earlier result, in runs of at most :data:`READ_BYTES` of them (one at
         least), by one pipelined HSTRLEN each after the WATCH began (a result written since fails the
         transaction): a drain re-pushing the ids of 64 KiB results read 16 MiB in one HMGET (14.7 ms).
         Where the ACL refuses HSTRLEN, one run of them all, as before."""
@@ -368,7 +365,7 @@ class RedisQueue:
             sizes = result_sizes(self.redis, self.keys.results, ids)
         except redis.exceptions.NoPermissionError:  # an ACL line from before +hstrlen
             return [ids]
-        return size_runs(ids, sizes, _READ_BYTES)
+        return size_runs(ids, sizes, READ_BYTES)
 
     def _still_held(self, pipe: Pipeline, rejects: list[Rejected], step: int) -> list[Rejected]:
         """The rejects whose payloads are still in this worker's in-flight list, each copy held once.

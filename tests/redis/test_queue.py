@@ -107,7 +107,7 @@ def test_an_ack_of_large_payloads_settles_a_bounded_number_of_bytes_a_transactio
     result of a re-pushed id in one HMGET. Now: steps of ACK_STEP_BYTES, oldest claim first; the rejects
     checked against the step's own tail of the in-flight list; earlier results read a bounded run at once."""
     monkeypatch.setattr(queue_module, "ACK_STEP_BYTES", 200_000)
-    monkeypatch.setattr(queue_module, "_READ_BYTES", 200_000)
+    monkeypatch.setattr(queue_module, "READ_BYTES", 200_000)
     monkeypatch.setattr(queue_module, "_FEW_REJECTS", 1)  # the steps' rejects are checked by one read
     reads: list[tuple[str, tuple[Any, ...], int]] = []
     for name in ("lrange", "hmget"):
