@@ -227,9 +227,9 @@ def read_tickets(stream: TextIO, fmt: str = "auto", name: str = "") -> list[dict
 
 def cmd_push(client: Client, args: argparse.Namespace) -> int:
     opts = config.resolve(PushOptions, args)
-    source = sys.stdin.buffer if args.file == "-" else args.file
-    text = read_text(source, "stdin" if args.file == "-" else "")
-    tickets = read_tickets(io.StringIO(text, newline=""), opts.format, "" if args.file == "-" else args.file)
+    stdin = args.file == "-"
+    text = read_text(sys.stdin.buffer, "stdin") if stdin else read_text(args.file)
+    tickets = read_tickets(io.StringIO(text, newline=""), opts.format, "" if stdin else args.file)
     if not opts.wait:
         print(f"pushed {len(client.push(tickets))} tickets", file=sys.stderr)
         return 0
